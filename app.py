@@ -1,0 +1,172 @@
+"""Clarify: wiring only. Each view parses, calls one service function, and returns."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from chalice import AuthResponse, Chalice, Rate
+
+from chalicelib.api import views
+from chalicelib.api.http import Api, json_response
+from chalicelib.api.openapi import openapi_document
+from chalicelib.auth.tokens import Caller, verify
+from chalicelib.bootstrap import auth_secret, deps
+from chalicelib.domain import validation as v
+from chalicelib.domain.errors import Unauthorized
+from chalicelib.functions import reconciler, streams
+from chalicelib.services import feed, frames, history, messages, readiness, sessions, tasks
+from chalicelib.services.deps import Deps
+
+app = Chalice(app_name="clarify")
+api = Api(app)
+V1 = "/api/v1"
+STREAM_PLACEHOLDER = "arn:aws:dynamodb:us-east-1:000000000000:table/{table}/stream/placeholder"
+
+
+@app.authorizer(ttl_seconds=0)
+def bearer(auth_request: Any) -> AuthResponse:
+    """Verifies the JWT; a bad token is denied (the gateway answers 401 in our error envelope)."""
+    try:
+        caller = verify(auth_request.token or "", auth_secret())
+    except Unauthorized:
+        return AuthResponse(routes=[], principal_id="anonymous")
+    return AuthResponse(routes=["*"], principal_id=caller.sub, context=caller.as_context())
+
+
+# ------------------------------------------------------------------ health and contract
+@app.route(V1 + "/health", methods=["GET"])
+def health() -> Any:
+    ready = readiness.is_ready(deps())
+    if ready:
+        return json_response(200, {"status": "ok", "ready": True})
+    return json_response(503, {"status": "reconciling", "ready": False,
+                               "error": {"code": "not_ready", "message": "reconciliation has not succeeded yet",
+                                         "retryable": True}})
+
+
+@app.route(V1 + "/openapi.json", methods=["GET"])
+def openapi() -> Any:
+    return json_response(200, openapi_document(app))
+
+
+# ------------------------------------------------------------------ tasks
+@app.route(V1 + "/tasks", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def create_task(d: Deps, caller: Caller) -> tuple[int, Any]:
+    return 201, views.task_view(tasks.create_task(d, caller, api.body()))
+
+
+@app.route(V1 + "/tasks", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def list_tasks(d: Deps, caller: Caller) -> tuple[int, Any]:
+    return 200, {"tasks": [views.task_view(t) for t in tasks.list_tasks(d, caller)]}
+
+
+@app.route(V1 + "/tasks/{task_id}", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def get_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
+    return 200, views.task_view(tasks.get_task(d, caller, task_id))
+
+
+# ------------------------------------------------------------------ sessions
+@app.route(V1 + "/tasks/{task_id}/sessions", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def create_session(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
+    created = sessions.create_session(d, caller, task_id, api.body())
+    body = views.session_view(created.session)
+    if created.admission:
+        body["admission"] = vars(created.admission)
+    return 201, body
+
+
+@app.route(V1 + "/tasks/{task_id}/sessions", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def list_sessions(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
+    return 200, {"sessions": [views.session_view(s) for s in sessions.list_sessions(d, caller, task_id)]}
+
+
+@app.route(V1 + "/sessions/{session_id}", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def get_session(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
+    return 200, views.session_view(sessions.get_session(d, caller, session_id))
+
+
+@app.route(V1 + "/sessions/{session_id}/cancel", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def cancel_session(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
+    return 200, views.session_view(sessions.cancel_session(d, caller, session_id))
+
+
+@app.route(V1 + "/sessions/{session_id}/messages", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
+    return 201, vars(messages.send_message(d, caller, session_id, api.body()))
+
+
+@app.route(V1 + "/sessions/{session_id}/transcript", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def transcript(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
+    result = history.transcript(d, caller, session_id)
+    turn = result.session.current_turn
+    return 200, {"current_turn_id": turn.id if turn else None,
+                 "messages": [views.message_view(m) for m in result.messages]}
+
+
+@app.route(V1 + "/sessions/{session_id}/turns", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def turns(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
+    return 200, {"turns": [views.turn_view(t) for t in history.turns(d, caller, session_id)]}
+
+
+# ------------------------------------------------------------------ events
+@app.route(V1 + "/events", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def events(d: Deps, caller: Caller) -> tuple[int, Any]:
+    wait = v.integer(api.query("wait"), "wait", default=0, low=0, high=d.settings.max_event_wait)
+    page = feed.list_events(d, caller, api.query("after"), wait)
+    return 200, {"events": [_event(e) for e in page.events], "cursor": page.cursor}
+
+
+def _event(e: Any) -> dict[str, Any]:
+    return {"id": e.id, "type": e.type, "task_id": e.task_id, "session_id": e.session_id,
+            "payload": e.payload, "at": e.at}
+
+
+# ------------------------------------------------------------------ agent routes
+@app.route(V1 + "/agent/sessions/{session_id}/frames", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def post_frames(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
+    return 200, vars(frames.apply_frames(d, caller, session_id, api.body()))
+
+
+# ------------------------------------------------------------------ stream, schedule and reconciler functions
+def _stream_arn(table: str) -> str:
+    # Replaced by the table's StreamArn when scripts/package merges infra/ into the template.
+    return os.environ.get(f"CLARIFY_{table.upper()}_STREAM_ARN", STREAM_PLACEHOLDER.format(table=table))
+
+
+@app.on_dynamodb_record(stream_arn=_stream_arn("sessions"), batch_size=100, starting_position="TRIM_HORIZON",
+                        name="sessions_stream")
+def sessions_stream(event: Any) -> dict[str, Any]:
+    d = deps()
+    return streams.process_batch((r.to_dict() for r in event),
+                                 lambda r: streams.on_session_record(d, r))
+
+
+@app.on_dynamodb_record(stream_arn=_stream_arn("history"), batch_size=100, starting_position="TRIM_HORIZON",
+                        name="history_stream")
+def history_stream(event: Any) -> dict[str, Any]:
+    d = deps()
+    return streams.process_batch((r.to_dict() for r in event),
+                                 lambda r: streams.on_history_record(d, r))
+
+
+@app.lambda_function(name="reconcile_before_traffic")
+def reconcile_before_traffic(event: Any, context: Any) -> dict[str, Any]:
+    """Invoked by the deploy (and the local run command) before the API takes traffic."""
+    return reconciler.reconcile(deps(), before_traffic=True).as_dict()
+
+
+@app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile_scheduled")
+def reconcile_scheduled(event: Any) -> dict[str, Any]:
+    return reconciler.reconcile(deps(), before_traffic=False).as_dict()

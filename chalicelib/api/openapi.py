@@ -1,0 +1,61 @@
+"""The OpenAPI document the app serves, built from the Chalice route table plus a summary per route."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from chalice import Chalice
+
+# (method, path) -> (summary, success status). A route missing here fails tests/unit/test_openapi.py.
+SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
+    ("GET", "/api/v1/health"): ("Readiness: 200 once the reconciler succeeded, else 503 not_ready", 200),
+    ("GET", "/api/v1/openapi.json"): ("This document", 200),
+    ("POST", "/api/v1/tasks"): ("Create a task {title}", 201),
+    ("GET", "/api/v1/tasks"): ("List the workspace's tasks with their status summary", 200),
+    ("GET", "/api/v1/tasks/{task_id}"): ("Get a task", 200),
+    ("POST", "/api/v1/tasks/{task_id}/sessions"): ("Create a session {prompt?, primary?}; starts the agent", 201),
+    ("GET", "/api/v1/tasks/{task_id}/sessions"): ("List the task's sessions, newest first", 200),
+    ("GET", "/api/v1/sessions/{session_id}"): ("Get a session", 200),
+    ("POST", "/api/v1/sessions/{session_id}/cancel"): ("Cancel the session (terminal)", 200),
+    ("POST", "/api/v1/sessions/{session_id}/messages"): (
+        "Send a message {client_message_id, content, delivery?}: sent/queued/steered", 201),
+    ("GET", "/api/v1/sessions/{session_id}/transcript"): ("The transcript, in order", 200),
+    ("GET", "/api/v1/sessions/{session_id}/turns"): ("The session's turns", 200),
+    ("GET", "/api/v1/events"): ("The workspace's event feed ?after=&wait=", 200),
+    ("POST", "/api/v1/agent/sessions/{session_id}/frames"): ("Agent frames: output, completion, state", 200),
+}
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["code", "message", "retryable"], "properties": {
+        "code": {"type": "string"}, "message": {"type": "string"}, "retryable": {"type": "boolean"},
+        "details": {"type": "object"}}}},
+}
+
+
+def openapi_document(app: Chalice) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for path, methods in sorted(app.routes.items()):
+        for method, entry in sorted(methods.items()):
+            summary, status = SUMMARIES.get((method, path), ("(undocumented)", 200))
+            op: dict[str, Any] = {
+                "operationId": entry.view_name,
+                "summary": summary,
+                "parameters": [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+                               for p in re.findall(r"{(\w+)}", path)],
+                "responses": {str(status): {"description": "success"},
+                              "4XX": {"description": "error", "content": {
+                                  "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}},
+            }
+            if entry.authorizer is not None:
+                op["security"] = [{"bearer": []}]
+            paths.setdefault(path, {})[method.lower()] = op
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Clarify", "version": "1.0.0",
+                 "description": "Durable clarification questions between AI coding agents and their users."},
+        "paths": paths,
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+                       "schemas": {"Error": ERROR_SCHEMA}},
+    }

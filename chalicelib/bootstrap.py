@@ -1,0 +1,66 @@
+"""Builds the real dependencies once, lazily, from the environment (Chalice sets it per stage)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+
+from .agentctl.client import HttpAgentctl
+from .auth.tokens import mint
+from .services.deps import Deps, Settings
+from .store import models
+from .store.dynamo import DynamoStore
+
+_lock = threading.Lock()
+_deps: Deps | None = None
+
+
+def auth_secret() -> str:
+    secret = os.environ.get("CLARIFY_AUTH_SECRET", "")
+    if not secret:
+        raise RuntimeError("CLARIFY_AUTH_SECRET is not set")
+    return secret
+
+
+def configure_tables() -> None:
+    models.configure(prefix=os.environ.get("CLARIFY_TABLE_PREFIX", "clarify-local-"),
+                     host=os.environ.get("AWS_ENDPOINT_URL") or None,
+                     region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+
+
+def build() -> Deps:
+    configure_tables()
+    secret = auth_secret()
+
+    def agent_token(workspace_id: str, session_id: str) -> str:
+        return mint(secret, sub=f"agent:{session_id}", role="agent", workspace_id=workspace_id,
+                    session_id=session_id)
+
+    return Deps(
+        store=DynamoStore(),
+        agentctl=HttpAgentctl(os.environ.get("CLARIFY_AGENTCTL_URL", "http://127.0.0.1:8001"),
+                              timeout=float(os.environ.get("CLARIFY_AGENTCTL_TIMEOUT", "10"))),
+        clock=lambda: datetime.now(timezone.utc),
+        new_id=lambda: uuid.uuid4().hex,
+        agent_token=agent_token,
+        settings=Settings(deployment_id=os.environ.get("CLARIFY_DEPLOYMENT_ID", "default")),
+        sleep=time.sleep,
+    )
+
+
+def deps() -> Deps:
+    global _deps
+    if _deps is None:
+        with _lock:
+            if _deps is None:
+                _deps = build()
+    return _deps
+
+
+def override(value: Deps | None) -> None:
+    """Tests install their own dependencies (or None to rebuild from the environment)."""
+    global _deps
+    with _lock:
+        _deps = value

@@ -1,0 +1,93 @@
+"""The repository rule and the state machine: pure functions over domain objects."""
+from __future__ import annotations
+
+from typing import Any
+
+from .model import (
+    INPUT_CAPABLE_STATES,
+    TERMINAL_STATES,
+    TURN_START_STATES,
+    Bundle,
+    Row,
+    Session,
+    State,
+)
+
+PENDING = "pending"
+ROW_STATUSES = frozenset({"pending", "answered", "rejected", "expired", "cancelled"})
+
+
+def flag(value: Any) -> bool:
+    """Stored flags: True, "true", "1" and 1 are all true (old writers, other stores)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value == 1
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1")
+    return False
+
+
+def row_status(raw: Any) -> str:
+    """Absent/empty status counts as pending; an unknown status never does (fail closed)."""
+    if raw is None or raw == "":
+        return PENDING
+    status = str(raw)
+    return status if status in ROW_STATUSES else "unknown"
+
+
+def row_pending(row: Row) -> bool:
+    return row_status(row.status) == PENDING
+
+
+def bundle_is_active(session: Session, bundle: Bundle) -> bool:
+    """THE repository rule: a pending row, the session's current turn, a non-terminal session.
+
+    chalicelib.store.conditions.bundle_active is the same predicate as a condition expression.
+    """
+    return (
+        any(row_pending(r) for r in bundle.rows)
+        and session.current_turn is not None
+        and bundle.turn_id == session.current_turn.id
+        and session.state not in TERMINAL_STATES
+    )
+
+
+def active_bundles(session: Session) -> list[Bundle]:
+    return [b for b in session.bundles if bundle_is_active(session, b)]
+
+
+def input_capable(state: State) -> bool:
+    return state in INPUT_CAPABLE_STATES
+
+
+def can_start_turn(state: State) -> bool:
+    return state in TURN_START_STATES
+
+
+def pending_action(session: Session) -> str | None:
+    """The session's pending-action projection, derived from the rule only."""
+    if not input_capable(session.state):
+        return None
+    return "clarification" if active_bundles(session) else None
+
+
+# Which state a session may move to from which. Terminal states are final.
+_TRANSITIONS: dict[State, frozenset[State]] = {
+    State.CREATED: frozenset({State.STARTING, State.IDLE, State.RUNNING}),
+    State.STARTING: frozenset({State.IDLE, State.RUNNING}),
+    State.RUNNING: frozenset({State.IDLE, State.WAITING_FOR_INPUT}),
+    State.IDLE: frozenset({State.RUNNING}),
+    State.WAITING_FOR_INPUT: frozenset({State.RUNNING, State.IDLE}),
+}
+
+
+def allowed_sources(target: State) -> frozenset[State]:
+    """States from which `target` may be entered. Any live state may become terminal."""
+    if target in TERMINAL_STATES:
+        return frozenset(State) - TERMINAL_STATES
+    return frozenset(s for s, targets in _TRANSITIONS.items() if target in targets)
+
+
+def can_transition(source: State, target: State) -> bool:
+    return source in allowed_sources(target)

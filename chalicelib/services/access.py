@@ -1,0 +1,31 @@
+"""Scope-checked loading: anything outside the caller's scope is NotFound, exactly like a missing item."""
+from __future__ import annotations
+
+from ..auth.tokens import Caller
+from ..domain.errors import NotFound
+from ..domain.model import Session, Task
+from .deps import Deps
+
+
+def task_for_user(deps: Deps, caller: Caller, task_id: str) -> Task:
+    caller.require_user()
+    task = deps.store.get_task(task_id)
+    if task is None or task.workspace_id != caller.workspace_id:
+        raise NotFound("task not found")
+    return task
+
+
+def session_for_user(deps: Deps, caller: Caller, session_id: str) -> Session:
+    caller.require_user()
+    session = deps.store.get_session(session_id)
+    if session is None or session.workspace_id != caller.workspace_id:
+        raise NotFound("session not found")
+    return session
+
+
+def session_for_agent(deps: Deps, caller: Caller, session_id: str) -> Session:
+    caller.require_agent_for(session_id)
+    session = deps.store.get_session(session_id)
+    if session is None or session.workspace_id != caller.workspace_id:
+        raise NotFound("session not found")
+    return session

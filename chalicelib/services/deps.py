@@ -1,0 +1,44 @@
+"""What services need from the outside world, injected (real ones are built in chalicelib.bootstrap)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from ..agentctl.client import Agentctl
+from ..store.protocol import Store
+
+
+def iso(moment: datetime) -> str:
+    """Fixed-width UTC timestamps, so string order is time order."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_iso(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Settings:
+    deployment_id: str = "default"
+    # An owner deadline: how long an invocation may hold a claim before the scheduled reconciler acts.
+    owner_window: timedelta = timedelta(seconds=60)
+    events_lookback: timedelta = timedelta(seconds=30)
+    max_event_wait: int = 25
+
+
+@dataclass
+class Deps:
+    store: Store
+    agentctl: Agentctl
+    clock: Callable[[], datetime]
+    new_id: Callable[[], str]
+    agent_token: Callable[[str, str], str]  # (workspace_id, session_id) -> bearer token for the agent
+    settings: Settings = field(default_factory=Settings)
+    sleep: Callable[[float], None] = lambda s: None
+
+    def now(self) -> str:
+        return iso(self.clock())
+
+    def deadline(self) -> str:
+        return iso(self.clock() + self.settings.owner_window)

@@ -1,0 +1,57 @@
+"""Prompt dispatch with an at-most-once boundary.
+
+pending --(attempted marker written)--> attempted --agentctl--> accepted | rejected
+A crash before the marker leaves the prompt pending: the reconciler dispatches it once.
+A crash or timeout after the marker is ambiguous: nothing ever dispatches it again.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..agentctl.client import AgentctlAmbiguous, PromptOutcome, PromptRequest
+from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed
+from ..domain.model import Dispatch, Prompt, Session, State
+from .deps import Deps
+
+log = logging.getLogger(__name__)
+
+
+def dispatch_prompt(deps: Deps, session: Session, prompt: Prompt) -> Session:
+    """Mark attempted, call agentctl, record the outcome. Raises DispatchFailed / DispatchAmbiguous."""
+    store = deps.store
+    try:
+        session = store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.PENDING,
+                                     to=Dispatch.ATTEMPTED, at=deps.now(), deadline=deps.deadline())
+    except ConditionFailed as exc:
+        # Someone else (a retry, the reconciler) owns this prompt now: never dispatch twice.
+        raise DispatchAmbiguous("the prompt is already being dispatched") from exc
+    request = PromptRequest(session_id=session.id, execution_id=session.execution_id,
+                            prompt_generation=prompt.generation, turn_id=prompt.turn_id, text=prompt.content,
+                            agent_token=deps.agent_token(session.workspace_id, session.id))
+    try:
+        outcome = deps.agentctl.prompt(request)
+    except AgentctlAmbiguous as exc:
+        log.warning("prompt %s of session %s is ambiguous: %s", prompt.message_id, session.id, exc)
+        raise DispatchAmbiguous("the agent may have received the prompt; it will not be sent again") from exc
+    if outcome is PromptOutcome.ACCEPTED:
+        return store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.ATTEMPTED, to=Dispatch.ACCEPTED,
+                                  at=deps.now(), deadline=None)
+    session = store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.ATTEMPTED, to=Dispatch.REJECTED,
+                                 at=deps.now(), deadline=None)
+    _close_rejected_turn(deps, session, prompt)
+    raise DispatchFailed("the agent did not accept the prompt; the session is idle again")
+
+
+def _close_rejected_turn(deps: Deps, session: Session, prompt: Prompt) -> None:
+    try:
+        deps.store.complete_turn(session.id, prompt.turn_id, from_state=State.RUNNING, to_state=State.IDLE,
+                                 at=deps.now())
+    except ConditionFailed:
+        pass  # the turn already moved on (agent frames, cancellation): nothing to close
+
+
+def retire_ambiguous(deps: Deps, session: Session) -> Session:
+    """An attempted prompt past its owner deadline: keep it, leave the reconciler index, never resend."""
+    assert session.prompt is not None
+    return deps.store.set_dispatch(session.id, session.prompt.message_id, expect=Dispatch.ATTEMPTED,
+                                   to=Dispatch.ATTEMPTED, at=deps.now(), deadline=None)

@@ -1,0 +1,55 @@
+"""The client event feed: at-least-once, stable ids, the caller's workspace only.
+
+The cursor remembers the last sort key returned and when the read happened, so an event whose stream
+processing lagged (its sort key is older than the cursor but it was written later) is still delivered.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+from ..auth.tokens import Caller
+from ..domain.errors import ValidationError
+from ..domain.model import Event
+from .deps import Deps, iso, parse_iso
+
+PAGE = 200
+
+
+@dataclass(frozen=True)
+class Page:
+    events: list[Event]
+    cursor: str
+
+
+def _encode(sk: str, read_at: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"sk": sk, "t": read_at}).encode()).decode()
+
+
+def _decode(cursor: str) -> tuple[str, str]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        sk, read_at = str(data["sk"]), str(data["t"])
+        parse_iso(read_at)
+        return sk, read_at
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValidationError("after", "after is not a cursor this feed issued") from exc
+
+
+def list_events(deps: Deps, caller: Caller, after: str | None, wait: int) -> Page:
+    caller.require_user()
+    if after:
+        after_sk, read_at = _decode(after)
+    else:
+        after_sk, read_at = "", ""
+    deadline = deps.clock().timestamp() + wait
+    while True:
+        now = deps.clock()
+        low = iso(parse_iso(read_at) - deps.settings.events_lookback) if read_at else ""
+        rows = deps.store.list_events(caller.workspace_id, low_sk=min(low, after_sk) if after_sk else "",
+                                      after_sk=after_sk, written_after=read_at or "", limit=PAGE)
+        if rows or now.timestamp() >= deadline:
+            last = max([after_sk, *(sk for sk, _, _ in rows)])
+            return Page([e for _, _, e in rows], _encode(last, iso(now)))
+        deps.sleep(min(0.5, max(0.0, deadline - now.timestamp())))

@@ -1,0 +1,155 @@
+"""Agent frames: transcript output, turn completion and state reports from the agent runtime."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..auth.tokens import Caller
+from ..domain import validation as v
+from ..domain.errors import ConditionFailed, ValidationError
+from ..domain.model import TERMINAL_STATES, TURN_START_STATES, Message, Session, State, Turn
+from ..domain.rules import allowed_sources
+from .access import session_for_agent
+from .deps import Deps
+
+log = logging.getLogger(__name__)
+
+FRAME_TYPES = ("message", "thinking", "tool", "cancel_ack", "ready", "turn_completed", "state")
+OUTPUT_TYPES = ("message", "thinking", "tool")
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: str
+    execution_id: str
+    prompt_generation: int | None
+    turn_id: str | None
+    content: str
+    state: State | None
+
+
+@dataclass(frozen=True)
+class FrameResult:
+    applied: int
+    ignored: int
+
+
+def parse_frames(body: Any) -> list[Frame]:
+    data = v.body_object(body)
+    raw = data.get("frames")
+    if not isinstance(raw, list) or not raw:
+        raise ValidationError("frames", "frames must be a non-empty list")
+    if len(raw) > v.MAX_FRAMES:
+        raise ValidationError("frames", f"at most {v.MAX_FRAMES} frames per request")
+    return [_parse_frame(item, f"frames[{i}]") for i, item in enumerate(raw)]
+
+
+def _parse_frame(item: Any, where: str) -> Frame:
+    if not isinstance(item, Mapping):
+        raise ValidationError(where, f"{where} must be an object")
+    kind = item.get("type")
+    if kind not in FRAME_TYPES:
+        raise ValidationError(f"{where}.type", f"{where}.type must be one of {', '.join(FRAME_TYPES)}")
+    generation = item.get("prompt_generation")
+    if generation is not None and (not isinstance(generation, int) or isinstance(generation, bool)):
+        raise ValidationError(f"{where}.prompt_generation", "prompt_generation must be an integer")
+    for name in ("execution_id", "turn_id"):
+        if item.get(name) is not None and not isinstance(item.get(name), str):
+            raise ValidationError(f"{where}.{name}", f"{name} must be a string")
+    content = item.get("content", "")
+    if not isinstance(content, str) or len(content) > v.MAX_CONTENT:
+        raise ValidationError(f"{where}.content", f"content must be a string of at most {v.MAX_CONTENT} characters")
+    state = None
+    if kind == "state":
+        try:
+            state = State(item.get("state"))
+        except ValueError:
+            raise ValidationError(f"{where}.state", "state must be a session state") from None
+    return Frame(type=kind, execution_id=item.get("execution_id") or "", prompt_generation=generation,
+                 turn_id=item.get("turn_id") or None, content=content, state=state)
+
+
+def apply_frames(deps: Deps, caller: Caller, session_id: str, body: Any) -> FrameResult:
+    frames = parse_frames(body)
+    session = session_for_agent(deps, caller, session_id)
+    applied = 0
+    for frame in frames:
+        session, ok = _apply(deps, session, frame)
+        applied += ok
+    return FrameResult(applied=applied, ignored=len(frames) - applied)
+
+
+def _apply(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
+    if session.state in TERMINAL_STATES:
+        return session, False
+    if frame.type in OUTPUT_TYPES:
+        return _output(deps, session, frame)
+    if frame.type in ("turn_completed", "ready"):
+        return _complete(deps, session, frame)
+    if frame.type == "state" and frame.state is not None:
+        return _state(deps, session, frame.state)
+    return session, False  # cancel_ack carries no transcript or turn change
+
+
+def _stale(session: Session, frame: Frame) -> bool:
+    """A frame of an older prompt generation or turn must not touch the current one."""
+    if frame.prompt_generation is not None and frame.prompt_generation != session.generation:
+        return True
+    return frame.turn_id is not None and (session.current_turn is None or frame.turn_id != session.current_turn.id)
+
+
+def _output(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
+    turn = session.current_turn
+    if turn is None or not turn.open:
+        if frame.turn_id is not None:
+            return session, False  # output for a turn that is over
+        session, turn = _start_agent_turn(deps, session)  # agent activity with no open turn starts one
+    elif _stale(session, frame):
+        return session, False
+    message = Message(id=deps.new_id(), session_id=session.id, workspace_id=session.workspace_id,
+                      task_id=session.task_id, turn_id=turn.id, turn_seq=turn.seq, author_type="agent",
+                      type=frame.type, content=frame.content, created_at=deps.now())
+    deps.store.put_message(message)
+    return session, True
+
+
+def _start_agent_turn(deps: Deps, session: Session) -> tuple[Session, Turn]:
+    now = deps.now()
+    turn = Turn(id=deps.new_id(), seq=session.turn_seq + 1, started_at=now)
+    try:
+        session = deps.store.start_turn(
+            session.id, expected_turn_id=session.current_turn.id if session.current_turn else None,
+            from_states=TURN_START_STATES | {State.RUNNING, State.CREATED, State.STARTING},
+            turn=turn, prompt=None, state=State.RUNNING, at=now)
+    except ConditionFailed as exc:
+        current = exc.current if isinstance(exc.current, Session) else session
+        if current.current_turn is None:
+            raise
+        return current, current.current_turn
+    assert session.current_turn is not None
+    return session, session.current_turn
+
+
+def _complete(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
+    turn = session.current_turn
+    if turn is None or not turn.open or _stale(session, frame):
+        return session, False
+    # An agent still waiting on its user keeps the session waiting for input.
+    target = State.WAITING_FOR_INPUT if session.state == State.WAITING_FOR_INPUT else State.IDLE
+    try:
+        return deps.store.complete_turn(session.id, turn.id, from_state=session.state, to_state=target,
+                                        at=deps.now()), True
+    except ConditionFailed as exc:
+        log.info("turn completion for %s lost a race: %s", session.id, exc)
+        return exc.current if isinstance(exc.current, Session) else session, False
+
+
+def _state(deps: Deps, session: Session, target: State) -> tuple[Session, bool]:
+    if target == session.state or session.state not in allowed_sources(target):
+        return session, False
+    try:
+        return deps.store.transition(session.id, to=target, from_states=allowed_sources(target),
+                                     at=deps.now()), True
+    except ConditionFailed as exc:
+        return exc.current if isinstance(exc.current, Session) else session, False

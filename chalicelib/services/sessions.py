@@ -1,0 +1,70 @@
+"""Sessions: create (and start the agent), list, get, cancel."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..agentctl.client import AgentctlAmbiguous, CancelRequest
+from ..auth.tokens import Caller
+from ..domain import validation as v
+from ..domain.errors import ConditionFailed, SessionUnavailable
+from ..domain.model import Session, State
+from ..domain.rules import allowed_sources
+from .access import session_for_user, task_for_user
+from .deps import Deps
+from .messages import Admission, admit_message
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Created:
+    session: Session
+    admission: Admission | None
+
+
+def create_session(deps: Deps, caller: Caller, task_id: str, body: Any) -> Created:
+    data = v.body_object(body if body is not None else {})
+    prompt = v.text(data, "prompt", max_len=v.MAX_CONTENT, required=False)
+    primary = v.boolean(data, "primary", default=False)
+    task = task_for_user(deps, caller, task_id)
+    now = deps.now()
+    is_primary = primary or not deps.store.list_sessions(task.id)
+    session = Session(id=deps.new_id(), workspace_id=task.workspace_id, task_id=task.id, created_at=now,
+                      updated_at=now, is_primary=is_primary, state=State.IDLE, version=0,
+                      execution_id=deps.new_id())
+    deps.store.create_session(session)
+    admission = None
+    if prompt:
+        admission = admit_message(deps, caller, session, client_message_id=f"start-{session.id}", content=prompt)
+        session = deps.store.get_session(session.id) or session
+    return Created(session, admission)
+
+
+def list_sessions(deps: Deps, caller: Caller, task_id: str) -> list[Session]:
+    task = task_for_user(deps, caller, task_id)
+    return deps.store.list_sessions(task.id)
+
+
+def get_session(deps: Deps, caller: Caller, session_id: str) -> Session:
+    return session_for_user(deps, caller, session_id)
+
+
+def cancel_session(deps: Deps, caller: Caller, session_id: str) -> Session:
+    """Terminal CANCELLED in one conditional write, then a best-effort agent cancel."""
+    session = session_for_user(deps, caller, session_id)
+    try:
+        session = deps.store.transition(session.id, to=State.CANCELLED,
+                                        from_states=allowed_sources(State.CANCELLED), at=deps.now())
+    except ConditionFailed as exc:
+        current = exc.current
+        if isinstance(current, Session) and current.state == State.CANCELLED:
+            return current  # a repeated cancel is a no-op
+        raise SessionUnavailable("the session has already ended") from exc
+    try:
+        deps.agentctl.cancel(CancelRequest(session_id=session.id, execution_id=session.execution_id,
+                                           prompt_generation=session.generation, silent=False))
+    except AgentctlAmbiguous as exc:  # the session is cancelled durably either way
+        log.warning("agent cancel for %s failed: %s", session.id, exc)
+    return session

@@ -1,0 +1,33 @@
+"""Tasks: create, list, get."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..auth.tokens import Caller
+from ..domain import validation as v
+from ..domain.model import Task
+from .access import task_for_user
+from .deps import Deps
+
+DEFAULT_STEP = "todo"
+
+
+def create_task(deps: Deps, caller: Caller, body: Any) -> Task:
+    caller.require_user()
+    data = v.body_object(body)
+    title = v.text(data, "title", max_len=v.MAX_TITLE)
+    step = v.identifier(data, "workflow_step", required=False) or DEFAULT_STEP
+    assert title is not None
+    task = Task(id=deps.new_id(), workspace_id=caller.workspace_id, title=title, workflow_step=step,
+                created_at=deps.now())
+    deps.store.put_task(task)
+    return task
+
+
+def list_tasks(deps: Deps, caller: Caller) -> list[Task]:
+    caller.require_user()
+    return deps.store.list_tasks(caller.workspace_id)
+
+
+def get_task(deps: Deps, caller: Caller, task_id: str) -> Task:
+    return task_for_user(deps, caller, task_id)

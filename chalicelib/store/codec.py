@@ -1,0 +1,176 @@
+"""Maps stored items (plain Python values) to domain objects and back. No logic beyond shape."""
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Mapping
+
+from boto3.dynamodb.types import TypeDeserializer
+
+from ..domain.model import (
+    Bundle,
+    Dispatch,
+    Message,
+    Option,
+    Prompt,
+    Question,
+    Row,
+    Session,
+    State,
+    Turn,
+    TurnRecord,
+)
+from ..domain.rules import flag
+
+_deserializer = TypeDeserializer()
+
+
+def plain(value: Any) -> Any:
+    """Decimals from DynamoDB become ints (we store no fractional numbers)."""
+    if isinstance(value, Decimal):
+        return int(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [plain(v) for v in value]
+    return value
+
+
+def from_attrs(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A low-level item (`{"S": ...}` shapes, as in streams and boto3 clients) to plain values."""
+    return {k: plain(_deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def turn_to_item(turn: Turn) -> dict[str, Any]:
+    item: dict[str, Any] = {"id": turn.id, "seq": turn.seq, "started_at": turn.started_at}
+    if turn.completed_at:
+        item["completed_at"] = turn.completed_at
+    return item
+
+
+def turn_from_item(item: Mapping[str, Any] | None) -> Turn | None:
+    if not item or not item.get("id"):
+        return None
+    return Turn(id=item["id"], seq=int(item.get("seq", 0)), started_at=item.get("started_at", ""),
+                completed_at=item.get("completed_at") or None)
+
+
+def prompt_to_item(p: Prompt) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "message_id": p.message_id, "client_message_id": p.client_message_id, "turn_id": p.turn_id,
+        "content": p.content, "author_id": p.author_id, "created_at": p.created_at,
+        "generation": p.generation, "dispatch": p.dispatch.value,
+    }
+    if p.deadline:
+        item["deadline"] = p.deadline
+    return item
+
+
+def prompt_from_item(item: Mapping[str, Any] | None) -> Prompt | None:
+    if not item or not item.get("message_id"):
+        return None
+    return Prompt(
+        message_id=item["message_id"], client_message_id=item.get("client_message_id", ""),
+        turn_id=item.get("turn_id", ""), content=item.get("content", ""),
+        author_id=item.get("author_id", ""), created_at=item.get("created_at", ""),
+        generation=int(item.get("generation", 0)), dispatch=Dispatch(item.get("dispatch", "pending")),
+        deadline=item.get("deadline") or None,
+    )
+
+
+def question_to_item(q: Question) -> dict[str, Any]:
+    return {"question_id": q.question_id, "title": q.title, "prompt": q.prompt,
+            "options": [{"option_id": o.option_id, "label": o.label, "description": o.description}
+                        for o in q.options]}
+
+
+def question_from_item(item: Mapping[str, Any]) -> Question:
+    return Question(
+        question_id=item.get("question_id", ""), title=item.get("title", ""), prompt=item.get("prompt", ""),
+        options=tuple(Option(o.get("option_id", ""), o.get("label", ""), o.get("description", ""))
+                      for o in item.get("options", [])),
+    )
+
+
+def row_to_item(r: Row) -> dict[str, Any]:
+    item: dict[str, Any] = {"question": question_to_item(r.question), "status": r.status,
+                            "agent_disconnected": r.agent_disconnected}
+    if r.response is not None:
+        item["response"] = dict(r.response)
+    return item
+
+
+def bundle_to_item(b: Bundle) -> dict[str, Any]:
+    return {
+        "turn_id": b.turn_id, "message_id": b.message_id, "created_at": b.created_at, "context": b.context,
+        "order": [r.question.question_id for r in b.rows],
+        "rows": {r.question.question_id: row_to_item(r) for r in b.rows},
+    }
+
+
+def bundle_from_item(bundle_id: str, item: Mapping[str, Any]) -> Bundle:
+    rows_item = item.get("rows", {}) or {}
+    order = item.get("order") or sorted(rows_item)
+    rows = tuple(
+        Row(question=question_from_item(rows_item[qid].get("question", {"question_id": qid})),
+            status=rows_item[qid].get("status", ""),
+            agent_disconnected=flag(rows_item[qid].get("agent_disconnected", False)),
+            response=rows_item[qid].get("response"))
+        for qid in order if qid in rows_item
+    )
+    return Bundle(id=bundle_id, turn_id=item.get("turn_id", ""), message_id=item.get("message_id", ""),
+                  created_at=item.get("created_at", ""), context=item.get("context", ""), rows=rows)
+
+
+def session_from_item(item: Mapping[str, Any]) -> Session:
+    bundles = item.get("bundles") or {}
+    return Session(
+        id=item["session_id"], workspace_id=item["workspace_id"], task_id=item["task_id"],
+        created_at=item["created_at"], updated_at=item.get("updated_at", ""),
+        is_primary=flag(item.get("is_primary", False)), state=State(item["state"]),
+        version=int(item.get("version", 0)), turn_seq=int(item.get("turn_seq", 0)),
+        current_turn=turn_from_item(item.get("current_turn")),
+        generation=int(item.get("generation", 0)), execution_id=item.get("execution_id", ""),
+        prompt=prompt_from_item(item.get("prompt")),
+        bundles=tuple(sorted((bundle_from_item(bid, b) for bid, b in bundles.items()),
+                             key=lambda b: (b.created_at, b.id))),
+    )
+
+
+def session_to_item(s: Session) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "session_id": s.id, "workspace_id": s.workspace_id, "task_id": s.task_id,
+        "created_at": s.created_at, "updated_at": s.updated_at or s.created_at,
+        "is_primary": s.is_primary, "state": s.state.value, "version": s.version,
+        "turn_seq": s.turn_seq, "generation": s.generation, "execution_id": s.execution_id,
+        "bundles": {b.id: bundle_to_item(b) for b in s.bundles},
+    }
+    if s.current_turn:
+        item["current_turn"] = turn_to_item(s.current_turn)
+    if s.prompt:
+        item["prompt"] = prompt_to_item(s.prompt)
+    return item
+
+
+def history_sk_turn(seq: int) -> str:
+    return f"T#{seq:010d}#0"
+
+
+def history_sk_message(turn_seq: int, created_at: str, message_id: str) -> str:
+    # Messages sort after their turn record and by time within the turn.
+    return f"T#{turn_seq:010d}#M#{created_at}#{message_id}"
+
+
+def message_from_history(item: Mapping[str, Any]) -> Message:
+    return Message(
+        id=item["item_id"], session_id=item["session_id"], workspace_id=item.get("workspace_id", ""),
+        task_id=item["task_id"],
+        turn_id=item["turn_id"], turn_seq=int(item.get("turn_seq", 0)),
+        author_type=item.get("author_type") or "agent", type=item.get("type") or "message",
+        content=item.get("content") or "", created_at=item["created_at"],
+        clarification_id=item.get("clarification_id") or None,
+    )
+
+
+def turn_record_from_history(item: Mapping[str, Any]) -> TurnRecord:
+    return TurnRecord(id=item["turn_id"], session_id=item["session_id"], seq=int(item.get("turn_seq", 0)),
+                      started_at=item["created_at"], completed_at=item.get("completed_at") or None)

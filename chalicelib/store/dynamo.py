@@ -1,0 +1,288 @@
+"""DynamoDB implementation of the store. The only module (with models.py) that talks to DynamoDB."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable, TypeVar
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+from pynamodb.exceptions import PynamoDBException, PutError
+
+from ..domain.errors import ConditionFailed, StoreUnavailable
+from ..domain.model import (
+    TERMINAL_STATES,
+    Dispatch,
+    Event,
+    Message,
+    Prompt,
+    Session,
+    State,
+    StatusSummary,
+    Task,
+    Turn,
+    TurnRecord,
+)
+from . import codec
+from .expr import Expr, to_attr
+from .models import EventRecord, HistoryRecord, MetaRecord, SessionRecord, TaskRecord
+
+RECON_SHARD = "due"  # one partition of the sparse index; it only ever holds outstanding work
+EVENT_TTL = timedelta(days=7)
+T = TypeVar("T")
+
+
+def _translate(fn: Callable[[], T]) -> T:
+    """Storage errors become domain errors at this boundary."""
+    try:
+        return fn()
+    except ConditionFailed:
+        raise
+    except (ClientError, BotoCoreError, PynamoDBException) as exc:
+        raise StoreUnavailable(f"storage error: {exc}") from exc
+
+
+class DynamoStore:
+    def __init__(self, client: Any | None = None) -> None:
+        self._client_override = client
+        self._client_cache: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client_override is not None:
+            return self._client_override
+        if self._client_cache is None:
+            self._client_cache = boto3.client("dynamodb", region_name=SessionRecord.Meta.region,
+                                              endpoint_url=getattr(SessionRecord.Meta, "host", None))
+        return self._client_cache
+
+    @property
+    def sessions_table(self) -> str:
+        return str(SessionRecord.Meta.table_name)
+
+    # ---------------------------------------------------------------- tasks
+    def put_task(self, task: Task) -> None:
+        rec = TaskRecord(task.id, workspace_id=task.workspace_id, created_at=task.created_at, title=task.title,
+                         workflow_step=task.workflow_step, pending_action=task.summary.pending_action,
+                         summary_revision=task.summary.revision,
+                         primary_session_id=task.summary.primary_session_id)
+        _translate(lambda: rec.save(condition=TaskRecord.task_id.does_not_exist()))
+
+    def get_task(self, task_id: str) -> Task | None:
+        def get() -> Task | None:
+            try:
+                return _task(TaskRecord.get(task_id, consistent_read=True))
+            except TaskRecord.DoesNotExist:
+                return None
+        return _translate(get)
+
+    def list_tasks(self, workspace_id: str) -> list[Task]:
+        return _translate(lambda: [_task(r) for r in TaskRecord.by_workspace.query(workspace_id)])
+
+    # ---------------------------------------------------------------- sessions
+    def create_session(self, session: Session) -> None:
+        item = {k: to_attr(v) for k, v in codec.session_to_item(session).items()}
+        _translate(lambda: self.client.put_item(
+            TableName=self.sessions_table, Item=item,
+            ConditionExpression="attribute_not_exists(session_id)"))
+
+    def get_session(self, session_id: str) -> Session | None:
+        resp = _translate(lambda: self.client.get_item(
+            TableName=self.sessions_table, Key={"session_id": {"S": session_id}}, ConsistentRead=True))
+        item = resp.get("Item")
+        return codec.session_from_item(codec.from_attrs(item)) if item else None
+
+    def list_sessions(self, task_id: str) -> list[Session]:
+        def query() -> list[Session]:
+            out = []
+            for rec in SessionRecord.by_task.query(task_id, scan_index_forward=False):
+                out.append(codec.session_from_item(codec.plain(rec.attribute_values)))
+            return out
+        return _translate(query)
+
+    def start_turn(self, session_id: str, *, expected_turn_id: str | None, from_states: Iterable[State],
+                   turn: Turn, prompt: Prompt | None, state: State, at: str) -> Session:
+        e = Expr()
+        # Turn authority: the pointer moves only from the turn the caller saw.
+        if expected_turn_id is None:
+            e.cond(f"attribute_not_exists({e.path('current_turn')})")
+        else:
+            e.cond(f"{e.path('current_turn', 'id')} = {e.value(expected_turn_id)}")
+        # The state machine: only states that can start a turn.
+        e.cond(_state_in(e, from_states))
+        e.set(e.path("current_turn"), codec.turn_to_item(turn))
+        e.set(e.path("turn_seq"), turn.seq)
+        e.set(e.path("state"), state.value)
+        _touch(e, at)
+        if prompt is not None:
+            e.set(e.path("generation"), prompt.generation)
+            e.set(e.path("prompt"), codec.prompt_to_item(prompt))
+            _set_deadline(e, prompt.deadline)
+        return self._update(session_id, e)
+
+    def set_dispatch(self, session_id: str, message_id: str, *, expect: Dispatch, to: Dispatch,
+                     at: str, deadline: str | None) -> Session:
+        e = Expr()
+        # Only the prompt the caller handled, and only from the state it expects (at-most-once markers).
+        e.cond(f"{e.path('prompt', 'message_id')} = {e.value(message_id)}")
+        e.cond(f"{e.path('prompt', 'dispatch')} = {e.value(expect.value)}")
+        e.set(e.path("prompt", "dispatch"), to.value)
+        if deadline:
+            e.set(e.path("prompt", "deadline"), deadline)
+        else:
+            e.remove(e.path("prompt", "deadline"))
+        _set_deadline(e, deadline)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def complete_turn(self, session_id: str, turn_id: str, *, from_state: State, to_state: State,
+                      at: str) -> Session:
+        e = Expr()
+        # Only the turn the agent reported, and only once.
+        e.cond(f"{e.path('current_turn', 'id')} = {e.value(turn_id)}")
+        e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
+        e.cond(f"{e.path('state')} = {e.value(from_state.value)}")
+        e.set(e.path("current_turn", "completed_at"), at)
+        e.set(e.path("state"), to_state.value)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str) -> Session:
+        e = Expr()
+        e.cond(_state_in(e, from_states))
+        e.set(e.path("state"), to.value)
+        if to in TERMINAL_STATES:
+            _set_deadline(e, None)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def _update(self, session_id: str, e: Expr) -> Session:
+        e.cond(f"attribute_exists({e.path('session_id')})")
+        try:
+            resp = self.client.update_item(
+                TableName=self.sessions_table, Key={"session_id": {"S": session_id}},
+                ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **e.update_kwargs())
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                old = exc.response.get("Item")
+                current = codec.session_from_item(codec.from_attrs(old)) if old else None
+                raise ConditionFailed("the session changed", current=current) from exc
+            raise StoreUnavailable(f"storage error: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreUnavailable(f"storage error: {exc}") from exc
+        return codec.session_from_item(codec.from_attrs(resp["Attributes"]))
+
+    # ---------------------------------------------------------------- history
+    def put_message(self, message: Message) -> bool:
+        rec = HistoryRecord(
+            message.session_id, codec.history_sk_message(message.turn_seq, message.created_at, message.id),
+            kind="message", item_id=message.id, workspace_id=message.workspace_id, task_id=message.task_id,
+            turn_id=message.turn_id, turn_seq=message.turn_seq, created_at=message.created_at,
+            author_type=message.author_type, type=message.type, content=message.content,
+            clarification_id=message.clarification_id)
+        return self._put_once(rec, HistoryRecord.sk.does_not_exist())
+
+    def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:
+        e = Expr()
+        for name, value in (("kind", "turn"), ("item_id", record.id), ("workspace_id", workspace_id),
+                            ("task_id", task_id), ("turn_id", record.id), ("turn_seq", record.seq),
+                            ("created_at", record.started_at)):
+            e.set(e.path(name), value)
+        if record.completed_at:  # never un-complete a record on redelivery
+            e.set(e.path("completed_at"), record.completed_at)
+        _translate(lambda: self.client.update_item(
+            TableName=HistoryRecord.Meta.table_name,
+            Key={"session_id": {"S": record.session_id}, "sk": {"S": codec.history_sk_turn(record.seq)}},
+            **e.update_kwargs()))
+
+    def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
+        def query() -> tuple[list[TurnRecord], list[Message]]:
+            turns, messages = [], []
+            for rec in HistoryRecord.query(session_id, consistent_read=True):
+                item = codec.plain(rec.attribute_values)
+                if item["kind"] == "turn":
+                    turns.append(codec.turn_record_from_history(item))
+                else:
+                    messages.append(codec.message_from_history(item))
+            return turns, messages
+        return _translate(query)
+
+    # ---------------------------------------------------------------- events
+    def put_event(self, event: Event, written_at: str) -> bool:
+        rec = EventRecord(event.workspace_id, f"{event.at}#{event.id}", event_id=event.id, type=event.type,
+                          task_id=event.task_id, session_id=event.session_id, payload=dict(event.payload),
+                          at=event.at, written_at=written_at,
+                          expires_at=datetime.now(timezone.utc) + EVENT_TTL)
+        return self._put_once(rec, EventRecord.sk.does_not_exist())
+
+    def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
+                    limit: int) -> list[tuple[str, str, Event]]:
+        def query() -> list[tuple[str, str, Event]]:
+            out = []
+            cond = (EventRecord.sk > after_sk) | (EventRecord.written_at > written_after)
+            key_cond = EventRecord.sk > low_sk if low_sk else None
+            for rec in EventRecord.query(workspace_id, key_cond, filter_condition=cond, consistent_read=True):
+                out.append((rec.sk, rec.written_at, Event(
+                    id=rec.event_id, workspace_id=rec.workspace_id, type=rec.type, task_id=rec.task_id,
+                    session_id=rec.session_id, payload=rec.payload, at=rec.at)))
+                if len(out) >= limit:
+                    break
+            return out
+        return _translate(query)
+
+    # ---------------------------------------------------------------- meta and reconciler work
+    def get_meta(self, key: str) -> str | None:
+        def get() -> str | None:
+            try:
+                return str(MetaRecord.get(key, consistent_read=True).value)
+            except MetaRecord.DoesNotExist:
+                return None
+        return _translate(get)
+
+    def set_meta(self, key: str, value: str, at: str) -> None:
+        _translate(lambda: MetaRecord(key, value=value, updated_at=at).save())
+
+    def due_sessions(self, before: str | None) -> list[str]:
+        def query() -> list[str]:
+            cond = SessionRecord.recon_due < before if before else None
+            return [r.session_id for r in SessionRecord.reconciler_work.query(RECON_SHARD, cond)]
+        return _translate(query)
+
+    @staticmethod
+    def _put_once(rec: Any, condition: Any) -> bool:
+        try:
+            rec.save(condition=condition)
+            return True
+        except PutError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                return False
+            raise StoreUnavailable(f"storage error: {exc}") from exc
+        except (PynamoDBException, BotoCoreError) as exc:
+            raise StoreUnavailable(f"storage error: {exc}") from exc
+
+
+def _task(rec: TaskRecord) -> Task:
+    return Task(id=rec.task_id, workspace_id=rec.workspace_id, title=rec.title,
+                workflow_step=rec.workflow_step, created_at=rec.created_at,
+                summary=StatusSummary(pending_action=rec.pending_action, revision=int(rec.summary_revision or 0),
+                                      primary_session_id=rec.primary_session_id))
+
+
+def _state_in(e: Expr, states: Iterable[State]) -> str:
+    values = ", ".join(e.value(s.value) for s in sorted(states))
+    return f"{e.path('state')} IN ({values})"
+
+
+def _touch(e: Expr, at: str) -> None:
+    e.set(e.path("updated_at"), at)
+    e.set_raw(f"{e.path('version')} = {e.path('version')} + {e.value(1)}")
+
+
+def _set_deadline(e: Expr, deadline: str | None) -> None:
+    """Owner deadline: presence puts the aggregate in the reconciler's sparse index."""
+    if deadline:
+        e.set(e.path("recon_shard"), RECON_SHARD)
+        e.set(e.path("recon_due"), deadline)
+    else:
+        e.remove(e.path("recon_shard"))
+        e.remove(e.path("recon_due"))

@@ -1,0 +1,182 @@
+"""PynamoDB models: the single definition of every table, key, index, stream and TTL setting.
+
+The local stack creates tables from these (chalicelib.store.tables) and infra/ derives the AWS template
+from them, so there is nothing to keep in step by hand.
+"""
+from __future__ import annotations
+
+from pynamodb.attributes import (
+    BooleanAttribute,
+    JSONAttribute,
+    MapAttribute,
+    NumberAttribute,
+    TTLAttribute,
+    UnicodeAttribute,
+)
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
+from pynamodb.models import Model
+
+STREAM = "NEW_AND_OLD_IMAGES"
+ON_DEMAND = "PAY_PER_REQUEST"
+
+
+class TaskByWorkspace(GlobalSecondaryIndex["TaskRecord"]):
+    class Meta:
+        index_name = "by_workspace"
+        projection = AllProjection()
+
+    workspace_id = UnicodeAttribute(hash_key=True)
+    created_at = UnicodeAttribute(range_key=True)
+
+
+class TaskRecord(Model):
+    """A task and its persisted status summary (a projection kept by the stream function)."""
+
+    class Meta:
+        table_name = "tasks"
+        billing_mode = ON_DEMAND
+
+    task_id = UnicodeAttribute(hash_key=True)
+    workspace_id = UnicodeAttribute()
+    created_at = UnicodeAttribute()
+    title = UnicodeAttribute()
+    workflow_step = UnicodeAttribute()
+    pending_action = UnicodeAttribute(null=True)
+    summary_revision = NumberAttribute(default=0)
+    primary_session_id = UnicodeAttribute(null=True)
+    by_workspace = TaskByWorkspace()
+
+
+class SessionByTask(GlobalSecondaryIndex["SessionRecord"]):
+    class Meta:
+        index_name = "by_task"
+        projection = AllProjection()
+
+    task_id = UnicodeAttribute(hash_key=True)
+    created_at = UnicodeAttribute(range_key=True)
+
+
+class ReconcilerWork(GlobalSecondaryIndex["SessionRecord"]):
+    """Sparse: an aggregate is in this index only while it carries an owner deadline.
+
+    The reconciler's cost therefore grows with outstanding work, not with the number of sessions.
+    """
+
+    class Meta:
+        index_name = "reconciler_work"
+        projection = KeysOnlyProjection()
+
+    recon_shard = UnicodeAttribute(hash_key=True)
+    recon_due = UnicodeAttribute(range_key=True)
+
+
+class SessionRecord(Model):
+    """The session aggregate (ARCHITECTURE §3): state, turn pointer, bundles, prompt dispatch."""
+
+    class Meta:
+        table_name = "sessions"
+        billing_mode = ON_DEMAND
+        stream_view_type = STREAM
+
+    session_id = UnicodeAttribute(hash_key=True)
+    workspace_id = UnicodeAttribute()
+    task_id = UnicodeAttribute()
+    created_at = UnicodeAttribute()
+    updated_at = UnicodeAttribute()
+    is_primary = BooleanAttribute(default=False)
+    state = UnicodeAttribute()
+    version = NumberAttribute(default=0)
+    turn_seq = NumberAttribute(default=0)
+    current_turn = MapAttribute(null=True)  # type: ignore[var-annotated]
+    generation = NumberAttribute(default=0)
+    execution_id = UnicodeAttribute(default="")
+    prompt = MapAttribute(null=True)  # type: ignore[var-annotated]
+    bundles = MapAttribute(null=True)  # type: ignore[var-annotated]
+    recon_shard = UnicodeAttribute(null=True)
+    recon_due = UnicodeAttribute(null=True)
+    by_task = SessionByTask()
+    reconciler_work = ReconcilerWork()
+
+
+class HistoryRecord(Model):
+    """Append-mostly history: turn records and transcript messages, ordered by turn then time."""
+
+    class Meta:
+        table_name = "history"
+        billing_mode = ON_DEMAND
+        stream_view_type = STREAM
+
+    session_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = UnicodeAttribute()  # turn | message
+    item_id = UnicodeAttribute()
+    workspace_id = UnicodeAttribute()
+    task_id = UnicodeAttribute()
+    turn_id = UnicodeAttribute()
+    turn_seq = NumberAttribute()
+    created_at = UnicodeAttribute()
+    completed_at = UnicodeAttribute(null=True)
+    author_type = UnicodeAttribute(null=True)
+    type = UnicodeAttribute(null=True)
+    content = UnicodeAttribute(null=True)
+    clarification_id = UnicodeAttribute(null=True)
+
+
+class EventRecord(Model):
+    """The client event feed of one workspace. The sort key derives from the change: redelivery is a no-op."""
+
+    class Meta:
+        table_name = "events"
+        billing_mode = ON_DEMAND
+
+    workspace_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    event_id = UnicodeAttribute()
+    type = UnicodeAttribute()
+    task_id = UnicodeAttribute()
+    session_id = UnicodeAttribute(null=True)
+    payload = JSONAttribute()
+    at = UnicodeAttribute()
+    written_at = UnicodeAttribute()
+    expires_at = TTLAttribute()
+
+
+class IdempotencyRecord(Model):
+    """A remembered result of an idempotent request (respond, message admission)."""
+
+    class Meta:
+        table_name = "idempotency"
+        billing_mode = ON_DEMAND
+
+    key = UnicodeAttribute(hash_key=True)
+    fingerprint = UnicodeAttribute()
+    status_code = NumberAttribute()
+    response = JSONAttribute()
+    expires_at = TTLAttribute()
+
+
+class MetaRecord(Model):
+    """Deployment metadata, e.g. the traffic flag the reconciler sets before the API takes traffic."""
+
+    class Meta:
+        table_name = "meta"
+        billing_mode = ON_DEMAND
+
+    key = UnicodeAttribute(hash_key=True)
+    value = UnicodeAttribute()
+    updated_at = UnicodeAttribute()
+
+
+ALL_MODELS: tuple[type[Model], ...] = (
+    TaskRecord, SessionRecord, HistoryRecord, EventRecord, IdempotencyRecord, MetaRecord,
+)
+BASE_NAMES = {m: m.Meta.table_name for m in ALL_MODELS}
+
+
+def configure(prefix: str, host: str | None, region: str) -> None:
+    """Point every model at `prefix + base name` on `host` (None: AWS). Drops cached connections."""
+    for model, base in BASE_NAMES.items():
+        model.Meta.table_name = prefix + base
+        model.Meta.host = host  # type: ignore[attr-defined]
+        model.Meta.region = region
+        model._connection = None

@@ -1,0 +1,66 @@
+"""The store interface every implementation (DynamoDB, in-memory fake) provides.
+
+Conditional operations raise ConditionFailed carrying the item as it was when the condition failed.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+from ..domain.model import Dispatch, Event, Message, Prompt, Session, State, Task, Turn, TurnRecord
+
+
+class Store(Protocol):
+    # -- tasks
+    def put_task(self, task: Task) -> None: ...
+    def get_task(self, task_id: str) -> Task | None: ...
+    def list_tasks(self, workspace_id: str) -> list[Task]: ...
+
+    # -- the session aggregate: every decision is one conditional write
+    def create_session(self, session: Session) -> None: ...
+    def get_session(self, session_id: str) -> Session | None: ...
+    def list_sessions(self, task_id: str) -> list[Session]:
+        """Newest first."""
+        ...
+
+    def start_turn(self, session_id: str, *, expected_turn_id: str | None, from_states: Iterable[State],
+                   turn: Turn, prompt: Prompt | None, state: State, at: str) -> Session:
+        """Move the turn pointer from `expected_turn_id` (None: no turn yet) to `turn` in one write."""
+        ...
+
+    def set_dispatch(self, session_id: str, message_id: str, *, expect: Dispatch, to: Dispatch,
+                     at: str, deadline: str | None) -> Session:
+        """Advance the latest prompt's dispatch state; `deadline` None leaves the reconciler index."""
+        ...
+
+    def complete_turn(self, session_id: str, turn_id: str, *, from_state: State, to_state: State,
+                      at: str) -> Session:
+        """Complete the current turn if it is `turn_id`, still open, and the session is in `from_state`."""
+        ...
+
+    def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str) -> Session:
+        ...
+
+    # -- history (kept in step by the stream functions)
+    def put_message(self, message: Message) -> bool:
+        """Idempotent: False when the message already exists."""
+        ...
+
+    def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None: ...
+    def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]: ...
+
+    # -- client event feed
+    def put_event(self, event: Event, written_at: str) -> bool:
+        """Idempotent on the event id and time: False when it was already written."""
+        ...
+
+    def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
+                    limit: int) -> list[tuple[str, str, Event]]:
+        """(sk, written_at, event) with sk > low_sk and (sk > after_sk or written_at > written_after)."""
+        ...
+
+    # -- deployment metadata and reconciler work
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str, at: str) -> None: ...
+    def due_sessions(self, before: str | None) -> list[str]:
+        """Sessions carrying an owner deadline (all, or those due before `before`)."""
+        ...

@@ -1,0 +1,67 @@
+"""moto's server behind one lock: real DynamoDB never lets two conditional writes on one item both win,
+and moto's backend does not serialise requests, so the emulator takes one request at a time."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from typing import Any, Callable, Iterable
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import BaseWSGIServer, make_server
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class Serialised:
+    """WSGI middleware: the whole request, body included, runs under one lock."""
+
+    def __init__(self, app: WSGIApp) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        with self.lock:
+            return list(self.app(environ, start_response))
+
+
+def make_emulator(host: str = "127.0.0.1", port: int = 4566) -> BaseWSGIServer:
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    app = Serialised(DomainDispatcherApplication(create_backend_app))
+    return make_server(host, port, app, threaded=True)
+
+
+class EmulatorThread:
+    """The emulator in a background thread (tests, benchmarks)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.server = make_emulator(host, port)
+        self.url = f"http://{host}:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> EmulatorThread:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="moto server, serialised")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=4566)
+    args = parser.parse_args()
+    server = make_emulator(args.host, args.port)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    print(f"emulator on http://{args.host}:{args.port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
