@@ -1,0 +1,66 @@
+"""Shared fixtures. `stack` is the real thing in one process: serialised moto server, tables created from
+the models, the Chalice app behind the local gateway, the stream pump and the simulated agent."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.chdir(ROOT)
+
+from scripts.local.emulator import EmulatorThread  # noqa: E402
+from scripts.local.sim_agent import SimAgent  # noqa: E402
+from scripts.local.stack import LocalStack  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator[EmulatorThread]:
+    emu = EmulatorThread().start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def sim() -> Iterator[SimAgent]:
+    agent = SimAgent("http://127.0.0.1:9", port=0).start()
+    yield agent
+    agent.stop()
+
+
+@pytest.fixture
+def stack(emulator: EmulatorThread, sim: SimAgent) -> Iterator[LocalStack]:
+    st = LocalStack(agentctl_url=sim.url).start(endpoint=emulator.url)
+    sim.api_url = st.url
+    yield st
+    sim.stop()
+    st.stop()
+
+
+class ApiClient:
+    """A thin HTTP client bound to one bearer token."""
+
+    def __init__(self, base: str, token: str | None) -> None:
+        self.base, self.token = base + "/api/v1", token
+
+    def call(self, method: str, path: str, json: Any = None, **kw: Any) -> requests.Response:
+        headers = dict(kw.pop("headers", {}))
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return requests.request(method, self.base + path, json=json, headers=headers, timeout=30, **kw)
+
+    def get(self, path: str, **kw: Any) -> requests.Response:
+        return self.call("GET", path, **kw)
+
+    def post(self, path: str, json: Any = None, **kw: Any) -> requests.Response:
+        return self.call("POST", path, json=json, **kw)
+
+
+@pytest.fixture
+def user(stack: LocalStack) -> ApiClient:
+    return ApiClient(stack.url, stack.user_token())
