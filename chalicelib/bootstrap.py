@@ -5,7 +5,7 @@ import os
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .agentctl.client import HttpAgentctl
 from .auth.tokens import mint
@@ -42,7 +42,7 @@ def build() -> Deps:
         store=DynamoStore(),
         agentctl=HttpAgentctl(os.environ.get("CLARIFY_AGENTCTL_URL", "http://127.0.0.1:8001"),
                               timeout=float(os.environ.get("CLARIFY_AGENTCTL_TIMEOUT", "10"))),
-        clock=lambda: datetime.now(timezone.utc),
+        clock=lambda: datetime.now(UTC),
         new_id=lambda: uuid.uuid4().hex,
         agent_token=agent_token,
         settings=Settings(deployment_id=os.environ.get("CLARIFY_DEPLOYMENT_ID", "default")),

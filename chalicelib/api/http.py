@@ -4,7 +4,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from chalice import BadRequestError, Chalice, Response
 
@@ -30,8 +31,15 @@ class Api:
     def __init__(self, app: Chalice) -> None:
         self.app = app
 
-    def body(self) -> Any:
+    @property
+    def request(self) -> Any:
         request = self.app.current_request
+        if request is None:
+            raise RuntimeError("no current request")
+        return request
+
+    def body(self) -> Any:
+        request = self.request
         if not request.raw_body:
             return None
         try:
@@ -40,16 +48,16 @@ class Api:
             raise ValidationError("body", "the request body is not valid JSON") from None
 
     def query(self, name: str) -> str | None:
-        params = self.app.current_request.query_params or {}
+        params = self.request.query_params or {}
         value = params.get(name)
         return str(value) if value is not None else None
 
     def header(self, name: str) -> str | None:
-        value = self.app.current_request.headers.get(name)
+        value = self.request.headers.get(name)
         return str(value) if value is not None else None
 
     def caller(self) -> Caller:
-        ctx = (self.app.current_request.context or {}).get("authorizer") or {}
+        ctx = (self.request.context or {}).get("authorizer") or {}
         return Caller.from_context(str(ctx.get("principalId", "")), ctx)
 
     def endpoint(self, fn: Callable[..., tuple[int, Any]]) -> Callable[..., Response]:

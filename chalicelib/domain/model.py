@@ -1,9 +1,10 @@
 """Plain, immutable domain objects. No I/O, no clock, no ids generated here."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any
 
 
 class State(StrEnum):

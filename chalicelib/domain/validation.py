@@ -1,7 +1,8 @@
 """Request validation: every error names the first bad field; nothing is written before this passes."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import ValidationError
 

@@ -6,7 +6,8 @@ derives from the change, so a redelivered batch changes nothing.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..api.views import message_view, session_view
 from ..domain.model import Event, Session, TurnRecord

@@ -1,9 +1,9 @@
 """What services need from the outside world, injected (real ones are built in chalicelib.bootstrap)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 from ..agentctl.client import Agentctl
 from ..store.protocol import Store
@@ -11,11 +11,11 @@ from ..store.protocol import Store
 
 def iso(moment: datetime) -> str:
     """Fixed-width UTC timestamps, so string order is time order."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_iso(value: str) -> datetime:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..auth.tokens import Caller
 from ..domain import validation as v
@@ -63,7 +64,7 @@ def _parse_frame(item: Any, where: str) -> Frame:
     state = None
     if kind == "state":
         try:
-            state = State(item.get("state"))
+            state = State(str(item.get("state")))
         except ValueError:
             raise ValidationError(f"{where}.state", "state must be a session state") from None
     return Frame(type=kind, execution_id=item.get("execution_id") or "", prompt_generation=generation,

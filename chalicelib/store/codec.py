@@ -1,8 +1,9 @@
 """Maps stored items (plain Python values) to domain objects and back. No logic beyond shape."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 

@@ -1,12 +1,13 @@
 """DynamoDB implementation of the store. The only module (with models.py) that talks to DynamoDB."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
-from pynamodb.exceptions import PynamoDBException, PutError
+from pynamodb.exceptions import PutError, PynamoDBException
 
 from ..domain.errors import ConditionFailed, StoreUnavailable
 from ..domain.model import (
@@ -51,8 +52,9 @@ class DynamoStore:
         if self._client_override is not None:
             return self._client_override
         if self._client_cache is None:
-            self._client_cache = boto3.client("dynamodb", region_name=SessionRecord.Meta.region,
-                                              endpoint_url=getattr(SessionRecord.Meta, "host", None))
+            meta: Any = SessionRecord.Meta
+            self._client_cache = boto3.client("dynamodb", region_name=getattr(meta, "region", None),
+                                              endpoint_url=getattr(meta, "host", None))
         return self._client_cache
 
     @property
@@ -212,7 +214,7 @@ class DynamoStore:
         rec = EventRecord(event.workspace_id, f"{event.at}#{event.id}", event_id=event.id, type=event.type,
                           task_id=event.task_id, session_id=event.session_id, payload=dict(event.payload),
                           at=event.at, written_at=written_at,
-                          expires_at=datetime.now(timezone.utc) + EVENT_TTL)
+                          expires_at=datetime.now(UTC) + EVENT_TTL)
         return self._put_once(rec, EventRecord.sk.does_not_exist())
 
     def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,

@@ -34,7 +34,7 @@ class Expr:
     def path(self, *parts: str) -> str:
         out = []
         for part in parts:
-            key = "#n%d" % len(self.names)
+            key = f"#n{len(self.names)}"
             for existing, name in self.names.items():
                 if name == part:
                     key = existing
@@ -44,7 +44,7 @@ class Expr:
         return ".".join(out)
 
     def value(self, value: Any) -> str:
-        key = ":v%d" % len(self.values)
+        key = f":v{len(self.values)}"
         self.values[key] = to_attr(value)
         return key
 

@@ -5,8 +5,8 @@ Each operation checks its condition and applies its change under one lock, as on
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Callable, Iterable
 
 from ..domain.errors import ConditionFailed
 from ..domain.model import (

@@ -4,7 +4,8 @@ Conditional operations raise ConditionFailed carrying the item as it was when th
 """
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from ..domain.model import Dispatch, Event, Message, Prompt, Session, State, Task, Turn, TurnRecord
 

@@ -9,7 +9,7 @@ from pynamodb.models import Model
 from .models import ALL_MODELS, BASE_NAMES
 
 
-def _key_schema(keys: list[dict[str, str]]) -> list[dict[str, str]]:
+def _key_schema(keys: Any) -> list[dict[str, str]]:
     # HASH first: DynamoDB requires it and comparisons stay stable.
     return sorted(({"AttributeName": k["AttributeName"], "KeyType": k["KeyType"]} for k in keys),
                   key=lambda k: k["KeyType"] != "HASH")

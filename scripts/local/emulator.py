@@ -6,7 +6,8 @@ import argparse
 import logging
 import signal
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server

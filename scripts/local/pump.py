@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger("pump")
 Handler = Callable[[dict[str, Any], Any], Any]

@@ -4,15 +4,16 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 log = logging.getLogger("scheduler")
 
 
 def scheduled_event(name: str) -> dict[str, Any]:
     return {"version": "0", "id": uuid.uuid4().hex, "detail-type": "Scheduled Event", "source": "aws.events",
-            "account": "000000000000", "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "account": "000000000000", "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "region": "us-east-1", "resources": [f"arn:aws:events:us-east-1:000000000000:rule/{name}"],
             "detail": {}}
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any, TypeVar
@@ -60,7 +60,7 @@ class EventLog:
         self._sink = sink
 
     def add(self, kind: str, **details: Any) -> Event:
-        event: Event = {"kind": kind, **details, "at": datetime.now(timezone.utc).isoformat()}
+        event: Event = {"kind": kind, **details, "at": datetime.now(UTC).isoformat()}
         with self._lock:
             self._events.append(event)
         if self._sink is not None:
