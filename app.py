@@ -14,7 +14,17 @@ from chalicelib.bootstrap import auth_secret, deps
 from chalicelib.domain import validation as v
 from chalicelib.domain.errors import Unauthorized
 from chalicelib.functions import reconciler, streams
-from chalicelib.services import feed, frames, history, messages, readiness, sessions, tasks
+from chalicelib.services import (
+    clarifications,
+    feed,
+    frames,
+    history,
+    messages,
+    readiness,
+    sessions,
+    tasks,
+    workflow,
+)
 from chalicelib.services.deps import Deps
 
 app = Chalice(app_name="clarify")
@@ -107,9 +117,20 @@ def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
 @api.endpoint
 def transcript(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     result = history.transcript(d, caller, session_id)
-    turn = result.session.current_turn
-    return 200, {"current_turn_id": turn.id if turn else None,
-                 "messages": [views.message_view(m) for m in result.messages]}
+    return 200, views.transcript_view(result.session, result.messages)
+
+
+@app.route(V1 + "/sessions/{session_id}/messages/{message_id}", methods=["DELETE"], authorizer=bearer)
+@api.endpoint
+def delete_message(d: Deps, caller: Caller, session_id: str, message_id: str) -> tuple[int, Any]:
+    history.delete_message(d, caller, session_id, message_id)
+    return 204, None
+
+
+@app.route(V1 + "/tasks/{task_id}/workflow/transition", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def workflow_transition(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
+    return 200, views.task_view(workflow.transition(d, caller, task_id, api.body()))
 
 
 @app.route(V1 + "/sessions/{session_id}/turns", methods=["GET"], authorizer=bearer)
@@ -137,6 +158,27 @@ def _event(e: Any) -> dict[str, Any]:
 @api.endpoint
 def post_frames(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     return 200, vars(frames.apply_frames(d, caller, session_id, api.body()))
+
+
+@app.route(V1 + "/agent/sessions/{session_id}/clarifications", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def ask(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
+    bundle = clarifications.ask(d, caller, session_id, api.body())
+    return 201, {"clarification_id": bundle.id, "turn_id": bundle.turn_id,
+                 "question_ids": [r.question.question_id for r in bundle.rows]}
+
+
+@app.route(V1 + "/agent/clarifications/{clarification_id}/detach", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def detach(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
+    return 200, {"detached_question_ids": clarifications.detach(d, caller, clarification_id)}
+
+
+@app.route(V1 + "/agent/clarifications/{clarification_id}/cancel", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def cancel_clarification(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
+    rows = clarifications.cancel(d, caller, clarification_id)
+    return 200, {"clarification_id": clarification_id, "cancelled_question_ids": rows}
 
 
 # ------------------------------------------------------------------ stream, schedule and reconciler functions

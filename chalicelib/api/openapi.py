@@ -23,6 +23,16 @@ SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
     ("GET", "/api/v1/sessions/{session_id}/turns"): ("The session's turns", 200),
     ("GET", "/api/v1/events"): ("The workspace's event feed ?after=&wait=", 200),
     ("POST", "/api/v1/agent/sessions/{session_id}/frames"): ("Agent frames: output, completion, state", 200),
+    ("DELETE", "/api/v1/sessions/{session_id}/messages/{message_id}"): (
+        "Remove a transcript message (a clarification entry removes that bundle only)", 204),
+    ("POST", "/api/v1/tasks/{task_id}/workflow/transition"): (
+        "Move the task to {to_step}; 409 pending_clarification while a question is active", 200),
+    ("POST", "/api/v1/agent/sessions/{session_id}/clarifications"): (
+        "Ask a bundle of 1-4 questions in the current turn (starts one if none is open)", 201),
+    ("POST", "/api/v1/agent/clarifications/{clarification_id}/detach"): (
+        "The agent stopped waiting: detach the pending rows (empty list on repeat)", 200),
+    ("POST", "/api/v1/agent/clarifications/{clarification_id}/cancel"): (
+        "The agent withdraws its pending question (that bundle only)", 200),
 }
 
 ERROR_SCHEMA = {

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..domain.model import Message, Session, Task, TurnRecord
-from ..domain.rules import input_capable, pending_action
+from ..domain import clarify
+from ..domain.model import Bundle, Message, Session, Task, TurnRecord
+from ..domain.rules import bundle_is_active, input_capable, pending_action, row_status
 
 
 def task_view(task: Task) -> dict[str, Any]:
@@ -41,3 +42,33 @@ def message_view(message: Message) -> dict[str, Any]:
 def turn_view(record: TurnRecord) -> dict[str, Any]:
     return {"id": record.id, "seq": record.seq, "started_at": record.started_at,
             "completed_at": record.completed_at}
+
+
+def clarification_view(session: Session, bundle: Bundle) -> dict[str, Any]:
+    """A clarification transcript entry; `answerable` is the repository rule, `state` derives from it."""
+    state = clarify.derived_state(session, bundle)
+    unanswered = all(r.response is None for r in bundle.rows)
+    return {
+        "id": bundle.message_id, "type": "clarification", "clarification_id": bundle.id,
+        "turn_id": bundle.turn_id, "session_id": session.id, "created_at": bundle.created_at,
+        "context": bundle.context, "state": state, "agent_disconnected": clarify.is_detached(bundle),
+        "answerable": bundle_is_active(session, bundle),
+        # A question the agent no longer waits for can still be answered as an ordinary new message.
+        "late_answer_allowed": state in ("superseded", "expired") and unanswered,
+        "questions": [{
+            "question_id": r.question.question_id, "title": r.question.title, "prompt": r.question.prompt,
+            "options": [{"option_id": o.option_id, "label": o.label, "description": o.description}
+                        for o in r.question.options],
+            "status": row_status(r.status), "response": dict(r.response) if r.response is not None else None,
+        } for r in bundle.rows],
+    }
+
+
+def transcript_view(session: Session, messages: list[Message]) -> dict[str, Any]:
+    """Messages in order; clarification anchors carry their bundle's live state from the aggregate."""
+    out = []
+    for m in messages:
+        bundle = session.bundle(m.clarification_id) if m.clarification_id else None
+        out.append(clarification_view(session, bundle) if bundle is not None else message_view(m))
+    turn = session.current_turn
+    return {"current_turn_id": turn.id if turn else None, "messages": out}

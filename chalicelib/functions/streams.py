@@ -1,18 +1,23 @@
-"""Stream functions: keep history in step with the aggregate and turn changes into client events.
+"""Stream functions: keep history in step with the aggregate, refresh projections, and publish events.
 
-Delivery is at least once and ordered per item. Every write here is idempotent and every event id
-derives from the change, so a redelivered batch changes nothing.
+Delivery is at least once and ordered per item. Every write here is idempotent, projections are
+compare-and-set from the repository rule, and every event id derives from the change, so a redelivered or
+interleaved batch yields the same projections and no duplicate event.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from ..api.views import message_view, session_view
-from ..domain.model import Event, Session, TurnRecord
-from ..services.deps import Deps
-from ..services.history import prompt_message
+from ..api.views import clarification_view, message_view, session_view
+from ..domain.model import Bundle, Session, Turn, TurnRecord
+from ..domain.rules import pending_action
+from ..services.deps import Deps, iso
+from ..services.events import emit, emit_for
+from ..services.history import bundle_message, prompt_message
+from ..services.projection import refresh_task_summary
 from ..store import codec
 
 log = logging.getLogger(__name__)
@@ -49,7 +54,10 @@ def on_session_record(deps: Deps, record: Record) -> None:
     old = codec.session_from_item(old_item) if old_item else None
     _turns(deps, old, new)
     _prompt_message(deps, old, new)
+    _bundles(deps, old, new)
     _session_event(deps, old, new)
+    if old is None or pending_action(old) != pending_action(new) or old.is_primary != new.is_primary:
+        refresh_task_summary(deps, new.task_id, fresh=new)
 
 
 def _turns(deps: Deps, old: Session | None, new: Session) -> None:
@@ -62,12 +70,24 @@ def _turns(deps: Deps, old: Session | None, new: Session) -> None:
         deps.store.put_turn_record(TurnRecord(id=turn.id, session_id=new.id, seq=turn.seq,
                                               started_at=turn.started_at, completed_at=turn.completed_at),
                                    new.workspace_id, new.task_id)
+    if started and before is not None and before.open:
+        _abandon(deps, new, before, turn.started_at)
     payload = {"turn_id": turn.id, "seq": turn.seq, "started_at": turn.started_at}
     if started:
-        _emit(deps, new, f"turn.started:{turn.id}", "turn.started", turn.started_at, payload)
+        emit_for(deps, new, f"turn.started:{turn.id}", "turn.started", turn.started_at, payload)
     if completed and turn.completed_at:
-        _emit(deps, new, f"turn.completed:{turn.id}", "turn.completed", turn.completed_at,
-              {**payload, "completed_at": turn.completed_at})
+        emit_for(deps, new, f"turn.completed:{turn.id}", "turn.completed", turn.completed_at,
+                 {**payload, "completed_at": turn.completed_at})
+
+
+def _abandon(deps: Deps, session: Session, turn: Turn, at: str) -> None:
+    """A newer turn replaced one that never completed: its history closes when the successor started."""
+    deps.store.put_turn_record(TurnRecord(id=turn.id, session_id=session.id, seq=turn.seq,
+                                          started_at=turn.started_at, completed_at=at),
+                               session.workspace_id, session.task_id)
+    emit_for(deps, session, f"turn.completed:{turn.id}", "turn.completed", at,
+             {"turn_id": turn.id, "seq": turn.seq, "started_at": turn.started_at, "completed_at": at,
+              "abandoned": True})
 
 
 def _prompt_message(deps: Deps, old: Session | None, new: Session) -> None:
@@ -79,48 +99,60 @@ def _prompt_message(deps: Deps, old: Session | None, new: Session) -> None:
     deps.store.put_message(prompt_message(new, seq))
 
 
+def _bundles(deps: Deps, old: Session | None, new: Session) -> None:
+    """New bundles get their transcript anchor; changed rows are published as message.updated."""
+    before = {b.id: b for b in (old.bundles if old else ())}
+    for bundle in new.bundles:
+        previous = before.get(bundle.id)
+        if previous is None:
+            seq = new.current_turn.seq if new.current_turn and new.current_turn.id == bundle.turn_id else 0
+            deps.store.put_message(bundle_message(new, bundle.id, seq))
+            continue
+        changed = changed_rows(previous, bundle)
+        if changed:
+            emit_for(deps, new, f"message.updated:{bundle.id}:{new.version}", "message.updated", new.updated_at,
+                     {**clarification_view(new, bundle), "changed_question_ids": changed})
+
+
+def changed_rows(old: Bundle, new: Bundle) -> list[str]:
+    """Rows whose status, detach flag or response changed between two images of one bundle."""
+    before = {r.question.question_id: r for r in old.rows}
+    out = []
+    for row in new.rows:
+        prev = before.get(row.question.question_id)
+        if prev is None or (prev.status, prev.agent_disconnected, prev.response) != (
+                row.status, row.agent_disconnected, row.response):
+            out.append(row.question.question_id)
+    return out
+
+
 def _session_event(deps: Deps, old: Session | None, new: Session) -> None:
     view, before = session_view(new), (session_view(old) if old else None)
     relevant = ("state", "pending_action", "current_turn_id")
     if before is not None and all(view[k] == before[k] for k in relevant):
         return
-    _emit(deps, new, f"session.updated:{new.id}:{new.version}", "session.updated", new.updated_at, view)
+    emit_for(deps, new, f"session.updated:{new.id}:{new.version}", "session.updated", new.updated_at, view)
 
 
 # ------------------------------------------------------------------ history table
 def on_history_record(deps: Deps, record: Record) -> None:
     name = record.get("eventName")
-    item = _image(record, "NewImage") if name != "REMOVE" else _image(record, "OldImage")
+    item = _image(record, "OldImage") if name == "REMOVE" else _image(record, "NewImage")
     if item is None or item.get("kind") != "message":
         return
     message = codec.message_from_history(item)
+    common = {"workspace_id": message.workspace_id, "task_id": message.task_id, "session_id": message.session_id}
     if name == "INSERT":
-        _emit_raw(deps, message.workspace_id, message.task_id, message.session_id,
-                  f"message.added:{message.id}", "message.added", message.created_at, message_view(message))
+        emit(deps, **common, event_id=f"message.added:{message.id}", kind="message.added",
+             at=message.created_at, payload=message_view(message))
     elif name == "REMOVE":
-        at = deps.now()
-        _emit_raw(deps, message.workspace_id, message.task_id, message.session_id,
-                  f"message.deleted:{message.id}", "message.deleted", message.created_at,
-                  {"id": message.id, "deleted_at": at})
+        emit(deps, **common, event_id=f"message.deleted:{message.id}", kind="message.deleted",
+             at=_record_time(record, deps), payload={"id": message.id, "turn_id": message.turn_id})
 
 
-# ------------------------------------------------------------------ events
-PRIVATE_FIELDS = frozenset({"prompt", "agent_token", "recon_due", "recon_shard", "reservation", "dispatch",
-                            "deadline", "client_message_id"})
-
-
-def public(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """The one place private prompt-dispatch fields are stripped from every public event."""
-    return {k: (public(v) if isinstance(v, Mapping) else v) for k, v in payload.items() if k not in PRIVATE_FIELDS}
-
-
-def _emit(deps: Deps, session: Session, event_id: str, kind: str, at: str, payload: Mapping[str, Any]) -> None:
-    _emit_raw(deps, session.workspace_id, session.task_id, session.id, event_id, kind, at, payload)
-
-
-def _emit_raw(deps: Deps, workspace_id: str, task_id: str, session_id: str | None, event_id: str, kind: str,
-              at: str, payload: Mapping[str, Any]) -> None:
-    event = Event(id=event_id, workspace_id=workspace_id, type=kind, task_id=task_id, session_id=session_id,
-                  payload=public(payload), at=at)
-    if not deps.store.put_event(event, deps.now()):
-        log.debug("event %s already in the feed", event_id)
+def _record_time(record: Record, deps: Deps) -> str:
+    """When the change happened, from the record itself, so a redelivery yields the same event key."""
+    created = record.get("dynamodb", {}).get("ApproximateCreationDateTime")
+    if isinstance(created, (int, float)):
+        return iso(datetime.fromtimestamp(created, tz=UTC))
+    return deps.now()

@@ -8,11 +8,12 @@ from typing import Any
 
 from ..auth.tokens import Caller
 from ..domain import validation as v
-from ..domain.errors import ConditionFailed, ValidationError
+from ..domain.errors import ConditionFailed, SessionUnavailable, ValidationError
 from ..domain.model import TERMINAL_STATES, TURN_START_STATES, Message, Session, State, Turn
 from ..domain.rules import allowed_sources
 from .access import session_for_agent
 from .deps import Deps
+from .lifecycle import complete_turn, end_session
 
 log = logging.getLogger(__name__)
 
@@ -136,19 +137,18 @@ def _complete(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool
     turn = session.current_turn
     if turn is None or not turn.open or _stale(session, frame):
         return session, False
-    # An agent still waiting on its user keeps the session waiting for input.
-    target = State.WAITING_FOR_INPUT if session.state == State.WAITING_FOR_INPUT else State.IDLE
-    try:
-        return deps.store.complete_turn(session.id, turn.id, from_state=session.state, to_state=target,
-                                        at=deps.now()), True
-    except ConditionFailed as exc:
-        log.info("turn completion for %s lost a race: %s", session.id, exc)
-        return exc.current if isinstance(exc.current, Session) else session, False
+    completed = complete_turn(deps, session, turn.id)
+    return (completed, True) if completed is not None else (session, False)
 
 
 def _state(deps: Deps, session: Session, target: State) -> tuple[Session, bool]:
     if target == session.state or session.state not in allowed_sources(target):
         return session, False
+    if target in TERMINAL_STATES:
+        try:
+            return end_session(deps, session, target), True
+        except SessionUnavailable:
+            return session, False
     try:
         return deps.store.transition(session.id, to=target, from_states=allowed_sources(target),
                                      at=deps.now()), True

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..auth.tokens import Caller
+from ..domain.errors import ConditionFailed, NotFound
 from ..domain.model import Message, Session, TurnRecord
 from .access import session_for_user
 from .deps import Deps
@@ -18,7 +19,7 @@ class Transcript:
 def transcript(deps: Deps, caller: Caller, session_id: str) -> Transcript:
     session = session_for_user(deps, caller, session_id)
     _, messages = deps.store.list_history(session.id)
-    return Transcript(session, _with_latest_prompt(session, messages))
+    return Transcript(session, _with_bundles(session, messages))
 
 
 def turns(deps: Deps, caller: Caller, session_id: str) -> list[TurnRecord]:
@@ -32,13 +33,36 @@ def turns(deps: Deps, caller: Caller, session_id: str) -> list[TurnRecord]:
     return sorted(by_id.values(), key=lambda r: r.seq)
 
 
-def _with_latest_prompt(session: Session, messages: list[Message]) -> list[Message]:
-    prompt = session.prompt
-    if prompt is None or any(m.id == prompt.message_id for m in messages):
-        return messages
-    seq = session.current_turn.seq if session.current_turn and session.current_turn.id == prompt.turn_id else 0
-    pending = prompt_message(session, seq)
-    return sorted([*messages, pending], key=lambda m: (m.turn_seq, m.created_at, m.id))
+def _with_bundles(session: Session, messages: list[Message]) -> list[Message]:
+    """History plus the aggregate's bundles the stream has not copied yet (the aggregate is never stale).
+
+    A clarification anchor whose bundle was deleted from the aggregate is dropped with it.
+    """
+    known = {m.clarification_id for m in messages if m.clarification_id}
+    live = {b.id for b in session.bundles}
+    out = [m for m in messages if m.type != "clarification" or m.clarification_id in live]
+    seqs = {r_id: seq for r_id, seq in _turn_seqs(session, messages).items()}
+    for bundle in session.bundles:
+        if bundle.id not in known:
+            out.append(bundle_message(session, bundle.id, seqs.get(bundle.turn_id, session.turn_seq)))
+    return sorted(out, key=lambda m: (m.turn_seq, m.created_at, m.id))
+
+
+def _turn_seqs(session: Session, messages: list[Message]) -> dict[str, int]:
+    seqs = {m.turn_id: m.turn_seq for m in messages}
+    if session.current_turn:
+        seqs[session.current_turn.id] = session.current_turn.seq
+    return seqs
+
+
+def bundle_message(session: Session, bundle_id: str, turn_seq: int) -> Message:
+    """The transcript anchor of a bundle (the stream function stores the same one)."""
+    bundle = session.bundle(bundle_id)
+    assert bundle is not None
+    first = bundle.rows[0].question.prompt if bundle.rows else ""
+    return Message(id=bundle.message_id, session_id=session.id, workspace_id=session.workspace_id,
+                   task_id=session.task_id, turn_id=bundle.turn_id, turn_seq=turn_seq, author_type="agent",
+                   type="clarification", content=first, created_at=bundle.created_at, clarification_id=bundle.id)
 
 
 def prompt_message(session: Session, turn_seq: int) -> Message:
@@ -48,3 +72,21 @@ def prompt_message(session: Session, turn_seq: int) -> Message:
     return Message(id=p.message_id, session_id=session.id, workspace_id=session.workspace_id,
                    task_id=session.task_id, turn_id=p.turn_id, turn_seq=turn_seq, author_type="user",
                    type="message", content=p.content, created_at=p.created_at)
+
+
+def delete_message(deps: Deps, caller: Caller, session_id: str, message_id: str) -> None:
+    """Remove one transcript message. A clarification entry removes that bundle only; the turn pointer
+    never moves, so deleting a newer turn's messages cannot reactivate an older question."""
+    session = session_for_user(deps, caller, session_id)
+    _, messages = deps.store.list_history(session.id)
+    message = next((m for m in messages if m.id == message_id), None)
+    bundle = next((b for b in session.bundles if b.message_id == message_id), None)
+    if message is None and bundle is None:
+        raise NotFound("message not found")
+    if bundle is not None:
+        try:
+            deps.store.remove_bundle(session.id, bundle.id, deps.now())
+        except ConditionFailed:
+            pass  # already removed by a concurrent delete
+    if message is not None:
+        deps.store.delete_message(message)

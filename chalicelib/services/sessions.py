@@ -8,11 +8,10 @@ from typing import Any
 from ..agentctl.client import AgentctlAmbiguous, CancelRequest
 from ..auth.tokens import Caller
 from ..domain import validation as v
-from ..domain.errors import ConditionFailed, SessionUnavailable
 from ..domain.model import Session, State
-from ..domain.rules import allowed_sources
 from .access import session_for_user, task_for_user
 from .deps import Deps
+from .lifecycle import end_session
 from .messages import Admission, admit_message
 
 log = logging.getLogger(__name__)
@@ -54,14 +53,9 @@ def get_session(deps: Deps, caller: Caller, session_id: str) -> Session:
 def cancel_session(deps: Deps, caller: Caller, session_id: str) -> Session:
     """Terminal CANCELLED in one conditional write, then a best-effort agent cancel."""
     session = session_for_user(deps, caller, session_id)
-    try:
-        session = deps.store.transition(session.id, to=State.CANCELLED,
-                                        from_states=allowed_sources(State.CANCELLED), at=deps.now())
-    except ConditionFailed as exc:
-        current = exc.current
-        if isinstance(current, Session) and current.state == State.CANCELLED:
-            return current  # a repeated cancel is a no-op
-        raise SessionUnavailable("the session has already ended") from exc
+    if session.state == State.CANCELLED:
+        return session  # a repeated cancel is a no-op
+    session = end_session(deps, session, State.CANCELLED)
     try:
         deps.agentctl.cancel(CancelRequest(session_id=session.id, execution_id=session.execution_id,
                                            prompt_generation=session.generation, silent=False))

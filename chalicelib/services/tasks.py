@@ -8,6 +8,7 @@ from ..domain import validation as v
 from ..domain.model import Task
 from .access import task_for_user
 from .deps import Deps
+from .projection import refresh_task_summary
 
 DEFAULT_STEP = "todo"
 
@@ -25,8 +26,12 @@ def create_task(deps: Deps, caller: Caller, body: Any) -> Task:
 
 
 def list_tasks(deps: Deps, caller: Caller) -> list[Task]:
+    """The workspace's tasks; each summary is repaired against the repository rule on this read."""
     caller.require_user()
-    return deps.store.list_tasks(caller.workspace_id)
+    out = []
+    for task in deps.store.list_tasks(caller.workspace_id):
+        out.append(refresh_task_summary(deps, task.id, task=task) or task)
+    return out
 
 
 def get_task(deps: Deps, caller: Caller, task_id: str) -> Task:

@@ -1,7 +1,7 @@
 """DynamoDB implementation of the store. The only module (with models.py) that talks to DynamoDB."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -12,6 +12,7 @@ from pynamodb.exceptions import PutError, PynamoDBException
 from ..domain.errors import ConditionFailed, StoreUnavailable
 from ..domain.model import (
     TERMINAL_STATES,
+    Bundle,
     Dispatch,
     Event,
     Message,
@@ -24,6 +25,7 @@ from ..domain.model import (
     TurnRecord,
 )
 from . import codec
+from . import conditions as c
 from .expr import Expr, to_attr
 from .models import EventRecord, HistoryRecord, MetaRecord, SessionRecord, TaskRecord
 
@@ -80,6 +82,42 @@ class DynamoStore:
     def list_tasks(self, workspace_id: str) -> list[Task]:
         return _translate(lambda: [_task(r) for r in TaskRecord.by_workspace.query(workspace_id)])
 
+    def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
+                         expected_revision: int) -> Task:
+        """Compare-and-set on the summary revision: an older computation never overwrites a newer one."""
+        e = Expr()
+        e.cond(f"attribute_exists({e.path('task_id')})")
+        e.cond(f"{e.path('summary_revision')} = {e.value(expected_revision)}")
+        if pending_action is None:
+            e.remove(e.path("pending_action"))
+        else:
+            e.set(e.path("pending_action"), pending_action)
+        if primary_session_id is None:
+            e.remove(e.path("primary_session_id"))
+        else:
+            e.set(e.path("primary_session_id"), primary_session_id)
+        e.set(e.path("summary_revision"), expected_revision + 1)
+        return self._update_task(task_id, e)
+
+    def set_workflow_step(self, task_id: str, step: str) -> Task:
+        e = Expr()
+        e.cond(f"attribute_exists({e.path('task_id')})")
+        e.set(e.path("workflow_step"), step)
+        return self._update_task(task_id, e)
+
+    def _update_task(self, task_id: str, e: Expr) -> Task:
+        try:
+            resp = self.client.update_item(
+                TableName=TaskRecord.Meta.table_name, Key={"task_id": {"S": task_id}}, ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD", **e.update_kwargs())
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                old = exc.response.get("Item")
+                raise ConditionFailed("the task changed", current=_task_item(codec.from_attrs(old)) if old
+                                      else None) from exc
+            raise StoreUnavailable(f"storage error: {exc}") from exc
+        return _task_item(codec.from_attrs(resp["Attributes"]))
+
     # ---------------------------------------------------------------- sessions
     def create_session(self, session: Session) -> None:
         item = {k: to_attr(v) for k, v in codec.session_to_item(session).items()}
@@ -95,10 +133,17 @@ class DynamoStore:
 
     def list_sessions(self, task_id: str) -> list[Session]:
         def query() -> list[Session]:
-            out = []
-            for rec in SessionRecord.by_task.query(task_id, scan_index_forward=False):
-                out.append(codec.session_from_item(codec.plain(rec.attribute_values)))
-            return out
+            out: list[Session] = []
+            kwargs: dict[str, Any] = {
+                "TableName": self.sessions_table, "IndexName": SessionRecord.by_task.Meta.index_name,
+                "KeyConditionExpression": "task_id = :t", "ExpressionAttributeValues": {":t": {"S": task_id}},
+                "ScanIndexForward": False}
+            while True:
+                resp = self.client.query(**kwargs)
+                out.extend(codec.session_from_item(codec.from_attrs(i)) for i in resp.get("Items", []))
+                if "LastEvaluatedKey" not in resp:
+                    return out
+                kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
         return _translate(query)
 
     def start_turn(self, session_id: str, *, expected_turn_id: str | None, from_states: Iterable[State],
@@ -148,12 +193,80 @@ class DynamoStore:
         _touch(e, at)
         return self._update(session_id, e)
 
-    def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str) -> Session:
+    def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str,
+                   expire: Mapping[str, Sequence[str]] | None = None) -> Session:
         e = Expr()
         e.cond(_state_in(e, from_states))
         e.set(e.path("state"), to.value)
+        for bundle_id, rows in (expire or {}).items():
+            # Expire exactly the current-turn pending rows the caller saw, in the same write.
+            e.cond(c.bundle_current(e, bundle_id))
+            for q in rows:
+                e.cond(c.row_pending(e, bundle_id, q))
+                e.set(e.path("bundles", bundle_id, "rows", q, "status"), "expired")
+                e.set(e.path("bundles", bundle_id, "rows", q, "agent_disconnected"), True)
         if to in TERMINAL_STATES:
             _set_deadline(e, None)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    # ---------------------------------------------------------------- clarification bundles
+    def add_bundle(self, session_id: str, bundle: Bundle, *, expected_turn_id: str | None, new_turn: Turn | None,
+                   from_states: Iterable[State], state: State, at: str) -> Session:
+        e = Expr()
+        if expected_turn_id is None:
+            e.cond(f"attribute_not_exists({e.path('current_turn')})")
+        else:
+            e.cond(f"{e.path('current_turn', 'id')} = {e.value(expected_turn_id)}")
+        if new_turn is None:
+            # The bundle joins the open current turn.
+            e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
+        else:
+            e.set(e.path("current_turn"), codec.turn_to_item(new_turn))
+            e.set(e.path("turn_seq"), new_turn.seq)
+        e.cond(_state_in(e, from_states))
+        e.cond(f"attribute_not_exists({e.path('bundles', bundle.id)})")
+        e.set(e.path("bundles", bundle.id), codec.bundle_to_item(bundle))
+        e.set(e.path("state"), state.value)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def detach_rows(self, session_id: str, rows: Mapping[str, Sequence[str]], *, at: str,
+                    complete_turn_id: str | None = None, from_state: State | None = None,
+                    to_state: State | None = None) -> Session:
+        e = Expr()
+        for bundle_id, row_ids in rows.items():
+            e.cond(c.bundle_active(e, bundle_id, row_ids))
+            for q in row_ids:
+                # Exactly these rows: still pending and not yet detached, or the write changes nothing.
+                e.cond(c.row_pending(e, bundle_id, q))
+                e.cond(c.row_not_detached(e, bundle_id, q))
+                e.set(e.path("bundles", bundle_id, "rows", q, "agent_disconnected"), True)
+        if complete_turn_id is not None:
+            assert from_state is not None and to_state is not None
+            e.cond(f"{e.path('current_turn', 'id')} = {e.value(complete_turn_id)}")
+            e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
+            e.cond(f"{e.path('state')} = {e.value(from_state.value)}")
+            e.set(e.path("current_turn", "completed_at"), at)
+            e.set(e.path("state"), to_state.value)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def close_rows(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, status: str,
+                   at: str) -> Session:
+        """Pending rows of one active bundle become `status` (cancelled); other bundles are untouched."""
+        e = Expr()
+        e.cond(c.bundle_active(e, bundle_id, row_ids))
+        for q in row_ids:
+            e.cond(c.row_pending(e, bundle_id, q))
+            e.set(e.path("bundles", bundle_id, "rows", q, "status"), status)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def remove_bundle(self, session_id: str, bundle_id: str, at: str) -> Session:
+        e = Expr()
+        e.cond(f"attribute_exists({e.path('bundles', bundle_id)})")
+        e.remove(e.path("bundles", bundle_id))
         _touch(e, at)
         return self._update(session_id, e)
 
@@ -196,6 +309,13 @@ class DynamoStore:
             TableName=HistoryRecord.Meta.table_name,
             Key={"session_id": {"S": record.session_id}, "sk": {"S": codec.history_sk_turn(record.seq)}},
             **e.update_kwargs()))
+
+    def delete_message(self, message: Message) -> bool:
+        key = {"session_id": {"S": message.session_id},
+               "sk": {"S": codec.history_sk_message(message.turn_seq, message.created_at, message.id)}}
+        resp = _translate(lambda: self.client.delete_item(
+            TableName=HistoryRecord.Meta.table_name, Key=key, ReturnValues="ALL_OLD"))
+        return bool(resp.get("Attributes"))
 
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
         def query() -> tuple[list[TurnRecord], list[Message]]:
@@ -261,6 +381,14 @@ class DynamoStore:
             raise StoreUnavailable(f"storage error: {exc}") from exc
         except (PynamoDBException, BotoCoreError) as exc:
             raise StoreUnavailable(f"storage error: {exc}") from exc
+
+
+def _task_item(item: dict[str, Any]) -> Task:
+    return Task(id=item["task_id"], workspace_id=item["workspace_id"], title=item["title"],
+                workflow_step=item["workflow_step"], created_at=item["created_at"],
+                summary=StatusSummary(pending_action=item.get("pending_action"),
+                                      revision=int(item.get("summary_revision", 0)),
+                                      primary_session_id=item.get("primary_session_id")))
 
 
 def _task(rec: TaskRecord) -> Task:

@@ -5,22 +5,25 @@ Each operation checks its condition and applies its change under one lock, as on
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from ..domain.errors import ConditionFailed
 from ..domain.model import (
     TERMINAL_STATES,
+    Bundle,
     Dispatch,
     Event,
     Message,
     Prompt,
     Session,
     State,
+    StatusSummary,
     Task,
     Turn,
     TurnRecord,
 )
+from ..domain.rules import bundle_is_active, row_pending
 from . import codec
 
 
@@ -49,6 +52,26 @@ class MemoryStore:
     def list_tasks(self, workspace_id: str) -> list[Task]:
         return sorted((t for t in self.tasks.values() if t.workspace_id == workspace_id),
                       key=lambda t: t.created_at)
+
+    def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
+                         expected_revision: int) -> Task:
+        with self._lock:
+            task = self.tasks.get(task_id)
+            if task is None or task.summary.revision != expected_revision:
+                raise ConditionFailed("the task changed", current=task)
+            new = replace(task, summary=StatusSummary(pending_action, expected_revision + 1, primary_session_id))
+            self.tasks[task_id] = new
+            self.writes += 1
+            return new
+
+    def set_workflow_step(self, task_id: str, step: str) -> Task:
+        with self._lock:
+            task = self.tasks.get(task_id)
+            if task is None:
+                raise ConditionFailed("no such task")
+            self.tasks[task_id] = replace(task, workflow_step=step)
+            self.writes += 1
+            return self.tasks[task_id]
 
     # ---------------------------------------------------------------- sessions
     def create_session(self, session: Session) -> None:
@@ -103,14 +126,70 @@ class MemoryStore:
             return replace(s, current_turn=replace(s.current_turn, completed_at=at), state=to_state)
         return self._update(session_id, cond, change, at)
 
-    def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str) -> Session:
+    def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str,
+                   expire: Mapping[str, Sequence[str]] | None = None) -> Session:
         states = frozenset(from_states)
+        expire = expire or {}
+
+        def cond(s: Session) -> bool:
+            return s.state in states and all(_current(s, b) and _rows_pending(s, b, rows) for b, rows in expire.items())
 
         def change(s: Session) -> Session:
             if to in TERMINAL_STATES:
                 self._deadline(s.id, None)
+            s = _edit_rows(s, expire, status="expired", agent_disconnected=True)
             return replace(s, state=to)
-        return self._update(session_id, lambda s: s.state in states, change, at)
+        return self._update(session_id, cond, change, at)
+
+    # ---------------------------------------------------------------- clarification bundles
+    def add_bundle(self, session_id: str, bundle: Bundle, *, expected_turn_id: str | None, new_turn: Turn | None,
+                   from_states: Iterable[State], state: State, at: str) -> Session:
+        states = frozenset(from_states)
+
+        def cond(s: Session) -> bool:
+            current = s.current_turn.id if s.current_turn else None
+            open_turn = new_turn is not None or (s.current_turn is not None and s.current_turn.open)
+            return (current == expected_turn_id and open_turn and s.state in states
+                    and s.bundle(bundle.id) is None)
+
+        def change(s: Session) -> Session:
+            if new_turn is not None:
+                s = replace(s, current_turn=new_turn, turn_seq=new_turn.seq)
+            return replace(s, bundles=(*s.bundles, bundle), state=state)
+        return self._update(session_id, cond, change, at)
+
+    def detach_rows(self, session_id: str, rows: Mapping[str, Sequence[str]], *, at: str,
+                    complete_turn_id: str | None = None, from_state: State | None = None,
+                    to_state: State | None = None) -> Session:
+        def cond(s: Session) -> bool:
+            for bundle_id, row_ids in rows.items():
+                b = s.bundle(bundle_id)
+                if b is None or not bundle_is_active(s, b) or not _rows_pending(s, bundle_id, row_ids):
+                    return False
+                if any(r.agent_disconnected for r in b.rows if r.question.question_id in row_ids):
+                    return False
+            if complete_turn_id is not None:
+                t = s.current_turn
+                return t is not None and t.id == complete_turn_id and t.open and s.state == from_state
+            return True
+
+        def change(s: Session) -> Session:
+            s = _edit_rows(s, rows, agent_disconnected=True)
+            if complete_turn_id is not None and s.current_turn is not None and to_state is not None:
+                s = replace(s, current_turn=replace(s.current_turn, completed_at=at), state=to_state)
+            return s
+        return self._update(session_id, cond, change, at)
+
+    def close_rows(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, status: str,
+                   at: str) -> Session:
+        def cond(s: Session) -> bool:
+            b = s.bundle(bundle_id)
+            return b is not None and bundle_is_active(s, b) and _rows_pending(s, bundle_id, row_ids)
+        return self._update(session_id, cond, lambda s: _edit_rows(s, {bundle_id: row_ids}, status=status), at)
+
+    def remove_bundle(self, session_id: str, bundle_id: str, at: str) -> Session:
+        return self._update(session_id, lambda s: s.bundle(bundle_id) is not None,
+                            lambda s: replace(s, bundles=tuple(b for b in s.bundles if b.id != bundle_id)), at)
 
     def _update(self, session_id: str, cond: Callable[[Session], bool], change: Callable[[Session], Session],
                 at: str) -> Session:
@@ -149,6 +228,11 @@ class MemoryStore:
             items[key] = replace(record, completed_at=completed)
             self.writes += 1
 
+    def delete_message(self, message: Message) -> bool:
+        key = codec.history_sk_message(message.turn_seq, message.created_at, message.id)
+        with self._lock:
+            return self.history.get(message.session_id, {}).pop(key, None) is not None
+
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
         items = [v for _, v in sorted(self.history.get(session_id, {}).items())]
         return ([i for i in items if isinstance(i, TurnRecord)], [i for i in items if isinstance(i, Message)])
@@ -181,3 +265,26 @@ class MemoryStore:
 
     def due_sessions(self, before: str | None) -> list[str]:
         return sorted(sid for sid, due in self.deadlines.items() if before is None or due < before)
+
+
+def _current(s: Session, bundle_id: str) -> bool:
+    b = s.bundle(bundle_id)
+    return b is not None and s.current_turn is not None and b.turn_id == s.current_turn.id
+
+
+def _rows_pending(s: Session, bundle_id: str, row_ids: Sequence[str]) -> bool:
+    b = s.bundle(bundle_id)
+    if b is None:
+        return False
+    rows = {r.question.question_id: r for r in b.rows}
+    return all(q in rows and row_pending(rows[q]) for q in row_ids)
+
+
+def _edit_rows(s: Session, rows: Mapping[str, Sequence[str]], **changes: object) -> Session:
+    bundles = []
+    for b in s.bundles:
+        targets = rows.get(b.id, ())
+        new_rows = tuple(replace(r, **changes) if r.question.question_id in targets else r  # type: ignore[arg-type]
+                         for r in b.rows)
+        bundles.append(replace(b, rows=new_rows))
+    return replace(s, bundles=tuple(bundles))

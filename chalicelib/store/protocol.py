@@ -4,10 +4,10 @@ Conditional operations raise ConditionFailed carrying the item as it was when th
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from ..domain.model import Dispatch, Event, Message, Prompt, Session, State, Task, Turn, TurnRecord
+from ..domain.model import Bundle, Dispatch, Event, Message, Prompt, Session, State, Task, Turn, TurnRecord
 
 
 class Store(Protocol):
@@ -15,6 +15,12 @@ class Store(Protocol):
     def put_task(self, task: Task) -> None: ...
     def get_task(self, task_id: str) -> Task | None: ...
     def list_tasks(self, workspace_id: str) -> list[Task]: ...
+    def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
+                         expected_revision: int) -> Task:
+        """Compare-and-set on the summary revision."""
+        ...
+
+    def set_workflow_step(self, task_id: str, step: str) -> Task: ...
 
     # -- the session aggregate: every decision is one conditional write
     def create_session(self, session: Session) -> None: ...
@@ -38,8 +44,26 @@ class Store(Protocol):
         """Complete the current turn if it is `turn_id`, still open, and the session is in `from_state`."""
         ...
 
-    def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str) -> Session:
+    def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str,
+                   expire: Mapping[str, Sequence[str]] | None = None) -> Session:
+        """Change state; `expire` names current-turn pending rows that expire in the same write."""
         ...
+
+    # -- clarification bundles (conditions: chalicelib.store.conditions, the rule as an expression)
+    def add_bundle(self, session_id: str, bundle: Bundle, *, expected_turn_id: str | None, new_turn: Turn | None,
+                   from_states: Iterable[State], state: State, at: str) -> Session:
+        """Add a bundle to the open current turn, or start `new_turn` with it, in one write."""
+        ...
+
+    def detach_rows(self, session_id: str, rows: Mapping[str, Sequence[str]], *, at: str,
+                    complete_turn_id: str | None = None, from_state: State | None = None,
+                    to_state: State | None = None) -> Session:
+        """Detach exactly `rows` (active, pending, not yet detached), optionally completing the turn too."""
+        ...
+
+    def close_rows(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, status: str,
+                   at: str) -> Session: ...
+    def remove_bundle(self, session_id: str, bundle_id: str, at: str) -> Session: ...
 
     # -- history (kept in step by the stream functions)
     def put_message(self, message: Message) -> bool:
@@ -47,6 +71,7 @@ class Store(Protocol):
         ...
 
     def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None: ...
+    def delete_message(self, message: Message) -> bool: ...
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]: ...
 
     # -- client event feed

@@ -1,0 +1,52 @@
+"""Task status summaries: a projection of the sessions' pending actions, written compare-and-set.
+
+Computed from the repository rule over the aggregates, never from event payloads. Task-list reads and
+stream functions call the same refresh, so a stale or wrong summary is repaired wherever it is seen.
+"""
+from __future__ import annotations
+
+from ..domain.errors import ConditionFailed
+from ..domain.model import Session, Task
+from ..domain.rules import pending_action
+from .deps import Deps
+from .events import emit
+
+MAX_ATTEMPTS = 5
+
+
+def task_summary(sessions: list[Session]) -> tuple[str | None, str | None]:
+    """(pending action, primary session id) of a task from its sessions."""
+    action = "clarification" if any(pending_action(s) for s in sessions) else None
+    primaries = sorted((s for s in sessions if s.is_primary), key=lambda s: s.created_at)
+    return action, primaries[0].id if primaries else None
+
+
+def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
+                         fresh: Session | None = None) -> Task | None:
+    """Make the stored summary agree with the rule. Returns the task as stored (None if it vanished)."""
+    for _ in range(MAX_ATTEMPTS):
+        task = task or deps.store.get_task(task_id)
+        if task is None:
+            return None
+        sessions = deps.store.list_sessions(task_id)
+        if fresh is not None:  # the index may lag the aggregate that triggered this refresh
+            sessions = [fresh if s.id == fresh.id else s for s in sessions]
+            if all(s.id != fresh.id for s in sessions):
+                sessions.append(fresh)
+        action, primary = task_summary(sessions)
+        if (action, primary) == (task.summary.pending_action, task.summary.primary_session_id):
+            return task
+        try:
+            new = deps.store.set_task_summary(task_id, pending_action=action, primary_session_id=primary,
+                                              expected_revision=task.summary.revision)
+        except ConditionFailed:
+            task = None  # someone else moved the revision: recompute from fresh state
+            continue
+        emit(deps, workspace_id=new.workspace_id, task_id=new.id, session_id=None,
+             event_id=f"task.status_summary.updated:{new.id}:{new.summary.revision}",
+             kind="task.status_summary.updated", at=deps.now(),
+             payload={"task_id": new.id, "status_summary": {
+                 "pending_action": new.summary.pending_action, "revision": new.summary.revision,
+                 "primary_session_id": new.summary.primary_session_id}})
+        return new
+    raise ConditionFailed(f"task summary of {task_id} kept changing")
