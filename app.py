@@ -21,6 +21,7 @@ from chalicelib.services import (
     history,
     messages,
     readiness,
+    responses,
     sessions,
     tasks,
     workflow,
@@ -117,7 +118,7 @@ def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
 @api.endpoint
 def transcript(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     result = history.transcript(d, caller, session_id)
-    return 200, views.transcript_view(result.session, result.messages)
+    return 200, views.transcript_view(result.session, result.messages, viewer=caller.sub, now=d.now())
 
 
 @app.route(V1 + "/sessions/{session_id}/messages/{message_id}", methods=["DELETE"], authorizer=bearer)
@@ -137,6 +138,20 @@ def workflow_transition(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any
 @api.endpoint
 def turns(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     return 200, {"turns": [views.turn_view(t) for t in history.turns(d, caller, session_id)]}
+
+
+# ------------------------------------------------------------------ responses
+@app.route(V1 + "/clarifications/{clarification_id}/respond", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def respond(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
+    result = responses.respond(d, caller, clarification_id, api.body(), api.header("Idempotency-Key"))
+    return 200, result.as_dict()
+
+
+@app.route(V1 + "/clarifications/{clarification_id}/dismiss", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def dismiss(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
+    return 200, responses.dismiss(d, caller, clarification_id)
 
 
 # ------------------------------------------------------------------ events
@@ -166,6 +181,20 @@ def ask(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     bundle = clarifications.ask(d, caller, session_id, api.body())
     return 201, {"clarification_id": bundle.id, "turn_id": bundle.turn_id,
                  "question_ids": [r.question.question_id for r in bundle.rows]}
+
+
+@app.route(V1 + "/agent/clarifications/{clarification_id}/wait", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def wait(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
+    timeout = v.integer(api.query("timeout"), "timeout", default=d.settings.max_waiter_poll, low=0,
+                        high=d.settings.max_waiter_poll)
+    return responses.wait(d, caller, clarification_id, timeout)
+
+
+@app.route(V1 + "/agent/clarifications/{clarification_id}/confirm", methods=["POST"], authorizer=bearer)
+@api.endpoint
+def confirm(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
+    return 200, responses.confirm(d, caller, clarification_id, api.body())
 
 
 @app.route(V1 + "/agent/clarifications/{clarification_id}/detach", methods=["POST"], authorizer=bearer)

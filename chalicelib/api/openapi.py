@@ -31,6 +31,14 @@ SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
         "Ask a bundle of 1-4 questions in the current turn (starts one if none is open)", 201),
     ("POST", "/api/v1/agent/clarifications/{clarification_id}/detach"): (
         "The agent stopped waiting: detach the pending rows (empty list on repeat)", 200),
+    ("POST", "/api/v1/clarifications/{clarification_id}/respond"): (
+        "Answer or skip (rejected:true) the bundle; Idempotency-Key header; 409 clarification_inactive", 200),
+    ("POST", "/api/v1/clarifications/{clarification_id}/dismiss"): (
+        "Hide an inactive question's answer surface for this user (sends nothing)", 200),
+    ("GET", "/api/v1/agent/clarifications/{clarification_id}/wait"): (
+        "Long-poll ?timeout<=25 for a live outcome with its delivery_id; renews the waiter lease", 200),
+    ("POST", "/api/v1/agent/clarifications/{clarification_id}/confirm"): (
+        "Durably confirm a delivery {delivery_id} before using the answer; 409 if it was restored", 200),
     ("POST", "/api/v1/agent/clarifications/{clarification_id}/cancel"): (
         "The agent withdraws its pending question (that bundle only)", 200),
 }

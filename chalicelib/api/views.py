@@ -44,31 +44,40 @@ def turn_view(record: TurnRecord) -> dict[str, Any]:
             "completed_at": record.completed_at}
 
 
-def clarification_view(session: Session, bundle: Bundle) -> dict[str, Any]:
-    """A clarification transcript entry; `answerable` is the repository rule, `state` derives from it."""
-    state = clarify.derived_state(session, bundle)
+def clarification_view(session: Session, bundle: Bundle, viewer: str | None = None,
+                       now: str | None = None) -> dict[str, Any]:
+    """A clarification transcript entry; `answerable` is the repository rule, `state` derives from it.
+
+    Rows under an unconfirmed claim show as they were before it: a claim is published once delivered.
+    """
+    state = clarify.derived_state(session, bundle, now)
+    rows = clarify.visible_rows(bundle)
     unanswered = all(r.response is None for r in bundle.rows)
+    dismissed = viewer is not None and viewer in bundle.dismissed_by
     return {
         "id": bundle.message_id, "type": "clarification", "clarification_id": bundle.id,
         "turn_id": bundle.turn_id, "session_id": session.id, "created_at": bundle.created_at,
-        "context": bundle.context, "state": state, "agent_disconnected": clarify.is_detached(bundle),
-        "answerable": bundle_is_active(session, bundle),
+        "context": bundle.context, "state": state, "agent_disconnected": clarify.is_detached(bundle, now),
+        "answerable": bundle_is_active(session, bundle) and state != "delivery_claimed",
         # A question the agent no longer waits for can still be answered as an ordinary new message.
-        "late_answer_allowed": state in ("superseded", "expired") and unanswered,
+        "late_answer_allowed": (state in ("superseded", "expired") and unanswered and not dismissed
+                                and bundle.late_message_id is None),
+        "late_answer_message_id": bundle.late_message_id, "dismissed": dismissed,
         "questions": [{
             "question_id": r.question.question_id, "title": r.question.title, "prompt": r.question.prompt,
             "options": [{"option_id": o.option_id, "label": o.label, "description": o.description}
                         for o in r.question.options],
             "status": row_status(r.status), "response": dict(r.response) if r.response is not None else None,
-        } for r in bundle.rows],
+        } for r in rows],
     }
 
 
-def transcript_view(session: Session, messages: list[Message]) -> dict[str, Any]:
+def transcript_view(session: Session, messages: list[Message], viewer: str | None = None,
+                    now: str | None = None) -> dict[str, Any]:
     """Messages in order; clarification anchors carry their bundle's live state from the aggregate."""
     out = []
     for m in messages:
         bundle = session.bundle(m.clarification_id) if m.clarification_id else None
-        out.append(clarification_view(session, bundle) if bundle is not None else message_view(m))
+        out.append(clarification_view(session, bundle, viewer, now) if bundle is not None else message_view(m))
     turn = session.current_turn
     return {"current_turn_id": turn.id if turn else None, "messages": out}

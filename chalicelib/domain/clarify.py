@@ -5,11 +5,12 @@ Everything here is a pure function of the aggregate; the store turns the same de
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .errors import ValidationError
-from .model import Bundle, Option, Question, Session
-from .rules import PENDING, bundle_is_active, flag, row_pending, row_status
+from .model import Bundle, Option, Question, Row, Session
+from .rules import PENDING, bundle_is_active, row_pending, row_status
 from .validation import MAX_ID
 
 MAX_QUESTIONS, MIN_OPTIONS, MAX_OPTIONS = 4, 2, 6
@@ -85,23 +86,35 @@ def _str(raw: Mapping[str, Any], name: str, where: str, max_len: int, *, require
 
 
 # ------------------------------------------------------------------ derived state
-def derived_state(session: Session, bundle: Bundle) -> str:
+def derived_state(session: Session, bundle: Bundle, now: str | None = None) -> str:
     """The bundle's state for clients, from the rule; never stored."""
+    if bundle.delivery is not None and bundle.delivery.pending:
+        return "delivery_claimed"
     if any(row_pending(r) for r in bundle.rows):
         if bundle_is_active(session, bundle):
-            return "active_detached" if is_detached(bundle) else "active_live"
+            return "active_detached" if is_detached(bundle, now) else "active_live"
         return "expired" if session.terminal else "superseded"
     statuses = {row_status(r.status) for r in bundle.rows}
-    if any(r.response is not None and flag((r.response or {}).get("delivery_pending")) for r in bundle.rows):
-        return "delivery_claimed"
     for status in ("answered", "rejected", "expired", "cancelled"):
         if status in statuses:
             return status
     return "superseded"
 
 
-def is_detached(bundle: Bundle) -> bool:
-    return any(r.agent_disconnected for r in bundle.rows if row_pending(r))
+def is_detached(bundle: Bundle, now: str | None = None) -> bool:
+    """Detached: a pending row carries agent_disconnected, or the waiter let its lease lapse."""
+    if any(r.agent_disconnected for r in bundle.rows if row_pending(r)):
+        return True
+    return bool(now and bundle.waiter_until and bundle.waiter_until < now)
+
+
+def visible_rows(bundle: Bundle) -> tuple[Row, ...]:
+    """Rows as clients may see them: a claim whose delivery is not yet confirmed is not published."""
+    d = bundle.delivery
+    if d is None or not d.pending:
+        return bundle.rows
+    return tuple(replace(r, status=PENDING, response=None) if r.question.question_id in d.row_ids else r
+                 for r in bundle.rows)
 
 
 def detachable_rows(session: Session, bundle: Bundle) -> list[str]:

@@ -89,6 +89,26 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """A response claim's delivery intent: retired only by a durable confirmation or resume boundary."""
+
+    delivery_id: str
+    row_ids: tuple[str, ...]
+    outcome: str  # answered | rejected
+    mode: str  # live | detached
+    claimed_at: str
+    deadline: str
+    idempotency_key: str = ""
+    fingerprint: str = ""
+    confirmed_at: str | None = None
+    result: str | None = None  # live | resumed | recorded | ambiguous
+
+    @property
+    def pending(self) -> bool:
+        return self.confirmed_at is None
+
+
+@dataclass(frozen=True)
 class Bundle:
     """A clarification: 1-4 questions the agent asked inside one turn."""
 
@@ -98,6 +118,38 @@ class Bundle:
     created_at: str
     context: str
     rows: tuple[Row, ...]
+    delivery: Delivery | None = None
+    waiter_until: str | None = None
+    dismissed_by: tuple[str, ...] = ()
+    late_message_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """An unpublished successor turn reserved for a detached answer's resume, with recovery metadata."""
+
+    turn_id: str
+    seq: int
+    predecessor: Turn
+    bundle_id: str
+    bundle_turn_id: str
+    row_ids: tuple[str, ...]
+    generation: int
+    created_at: str
+    deadline: str
+    attempted: bool = False
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """Armed by a confirmed live delivery: if the agent shows no activity, the answer is re-prompted."""
+
+    clarification_id: str
+    turn_id: str
+    execution_id: str
+    prompt_generation: int
+    due: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -118,6 +170,9 @@ class Session:
     prompt: Prompt | None = None
     bundles: tuple[Bundle, ...] = ()
     updated_at: str = ""
+    reservation: Reservation | None = None
+    watchdog: Watchdog | None = None
+    recon_due: str | None = None
 
     @property
     def terminal(self) -> bool:

@@ -11,6 +11,7 @@ from .model import (
     Row,
     Session,
     State,
+    Turn,
 )
 
 PENDING = "pending"
@@ -55,6 +56,16 @@ def bundle_is_active(session: Session, bundle: Bundle) -> bool:
 
 def active_bundles(session: Session) -> list[Bundle]:
     return [b for b in session.bundles if bundle_is_active(session, b)]
+
+
+def published_turn(session: Session | None) -> Turn | None:
+    """The current turn as clients may know it: a reserved successor is hidden until acknowledged."""
+    if session is None or session.current_turn is None:
+        return None
+    r = session.reservation
+    if r is not None and r.turn_id == session.current_turn.id:
+        return None
+    return session.current_turn
 
 
 def input_capable(state: State) -> bool:

@@ -1,19 +1,27 @@
 """The reconciler: one function, two triggers (ARCHITECTURE §5).
 
-Before traffic it repairs every item that carries outstanding work, then sets the traffic flag; any
-failure fails the run and traffic stays off. Scheduled, it touches only items whose owner deadline has
-passed, so it never races a live invocation. Work is found through the sparse reconciler index.
+Before traffic it repairs every item that carries outstanding work and then sets the traffic flag; any
+failure fails the run, traffic stays off, and the markers stay for the next run. Scheduled, it touches only
+work whose owner deadline has passed, so it never races a live invocation. It finds work through the
+sparse reconciler index, so its cost grows with outstanding work, not with the number of sessions.
+
+Order per session, as the spec requires: reservations, then response-delivery intents, then prompts,
+then lapsed waiter leases and due watchdogs; finally the owner deadline is rescheduled or cleared.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 
-from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed
+from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed, DomainError
 from ..domain.model import Dispatch, Session
+from ..domain.rules import bundle_is_active, row_pending
+from ..services import watchdog
+from ..services.clarifications import pause_for_input
 from ..services.deps import Deps
 from ..services.dispatch import dispatch_prompt, retire_ambiguous
 from ..services.readiness import mark_ready
+from ..services.resume import rollback
 
 log = logging.getLogger(__name__)
 
@@ -25,22 +33,27 @@ class ReconcileFailed(Exception):
 @dataclass
 class Report:
     examined: int = 0
-    dispatched: int = 0
-    retired: int = 0
+    reservations_kept: int = 0
+    reservations_rolled_back: int = 0
+    intents_restored: int = 0
+    intents_retired: int = 0
+    prompts_dispatched: int = 0
+    prompts_retired: int = 0
+    waiters_detached: int = 0
+    watchdogs_fired: int = 0
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        return {"examined": self.examined, "dispatched": self.dispatched, "retired": self.retired,
-                "errors": list(self.errors)}
+        return dict(self.__dict__)
 
 
 def reconcile(deps: Deps, *, before_traffic: bool) -> Report:
     report = Report()
-    due = deps.store.due_sessions(None if before_traffic else deps.now())
-    for session_id in due:
+    now = deps.now()
+    for session_id in deps.store.due_sessions(None if before_traffic else now):
         report.examined += 1
         try:
-            _session(deps, session_id, report)
+            _session(deps, session_id, report, now=now, everything=before_traffic)
         except Exception as exc:  # one broken item must not stop the pass; the run still fails
             log.exception("reconciling session %s failed", session_id)
             report.errors.append(f"{session_id}: {exc}")
@@ -51,32 +64,119 @@ def reconcile(deps: Deps, *, before_traffic: bool) -> Report:
     return report
 
 
-def _session(deps: Deps, session_id: str, report: Report) -> None:
+def _due(deadline: str | None, now: str, everything: bool) -> bool:
+    return everything or (deadline is not None and deadline < now)
+
+
+def _session(deps: Deps, session_id: str, report: Report, *, now: str, everything: bool) -> None:
     session = deps.store.get_session(session_id)
-    if session is None or session.prompt is None:
+    if session is None:
         return
-    prompt = session.prompt
-    if prompt.dispatch == Dispatch.PENDING:
-        _pending_prompt(deps, session, report)
-    elif prompt.dispatch == Dispatch.ATTEMPTED and prompt.deadline:
-        # The owner died after the at-most-once marker: the agent may have it. Never resend.
-        retire_ambiguous(deps, session)
-        report.retired += 1
+    session = _reservation(deps, session, report, now, everything)
+    session = _intents(deps, session, report, now, everything)
+    session = _prompt(deps, session, report, now, everything)
+    session = _leases(deps, session, report, now)
+    if session.watchdog is not None and session.watchdog.due < now and watchdog.fire(deps, session):
+        report.watchdogs_fired += 1
+    fresh = deps.store.get_session(session_id)
+    if fresh is not None:  # compare-and-set: a deadline a writer set meanwhile is never dropped
+        deps.store.reschedule(session_id, expected_due=fresh.recon_due, next_due=next_due(fresh, now))
 
 
-def _pending_prompt(deps: Deps, session: Session, report: Report) -> None:
-    """Stored but never attempted: dispatch it once, if its turn is still the session's current turn."""
-    prompt = session.prompt
-    assert prompt is not None
-    turn = session.current_turn
-    if session.terminal or turn is None or turn.id != prompt.turn_id:
-        deps.store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.PENDING, to=Dispatch.REJECTED,
-                                at=deps.now(), deadline=None)
-        report.retired += 1
-        return
-    try:
-        dispatch_prompt(deps, session, prompt)
-        report.dispatched += 1
-    except (DispatchFailed, DispatchAmbiguous, ConditionFailed) as exc:
-        log.warning("recovered prompt %s: %s", prompt.message_id, exc)
-        report.dispatched += 1
+def _reservation(deps: Deps, s: Session, report: Report, now: str, everything: bool) -> Session:
+    r = s.reservation
+    if r is None or not _due(r.deadline, now, everything):
+        return s
+    bundle = s.bundle(r.bundle_id)
+    delivery = bundle.delivery if bundle else None
+    if delivery is None:
+        raise ReconcileFailed(f"reservation {r.turn_id} names no claimed bundle")
+    if r.attempted:
+        # The agent may have it: keep the successor and the terminal claim. Clearing the reservation is
+        # the outbox: the stream then publishes turn.started (and turn.completed if it already finished).
+        s = deps.store.finish_reservation(s.id, r, bundle_id=r.bundle_id, delivery_id=delivery.delivery_id,
+                                          result="ambiguous", dispatch=Dispatch.ATTEMPTED, at=deps.now())
+        report.reservations_kept += 1
+        return s
+    if not rollback(deps, s.id, r, r.bundle_id, delivery, delivery.outcome):
+        raise ReconcileFailed(f"could not roll back reservation {r.turn_id}")
+    report.reservations_rolled_back += 1
+    return deps.store.get_session(s.id) or s
+
+
+def _intents(deps: Deps, s: Session, report: Report, now: str, everything: bool) -> Session:
+    for bundle in s.bundles:
+        d = bundle.delivery
+        if d is None or not d.pending or not _due(d.deadline, now, everything):
+            continue
+        if s.reservation is not None and s.reservation.bundle_id == bundle.id:
+            continue  # owned by an unresolved reservation
+        current = s.current_turn is not None and s.current_turn.id == bundle.turn_id and not s.terminal
+        try:
+            if current:  # unhanded: the answer goes back to pending, to be answered again
+                s = deps.store.restore_claim(s.id, bundle.id, d.delivery_id, list(d.row_ids), outcome=d.outcome,
+                                             detach=False, at=deps.now())
+                report.intents_restored += 1
+            else:  # superseded or terminal: retire the intent, never reactivate history
+                s = deps.store.retire_delivery(s.id, bundle.id, d.delivery_id, result="retired", at=deps.now())
+                report.intents_retired += 1
+        except ConditionFailed:
+            s = deps.store.get_session(s.id) or s  # confirmation won meanwhile
+    return s
+
+
+def _prompt(deps: Deps, s: Session, report: Report, now: str, everything: bool) -> Session:
+    p = s.prompt
+    if p is None or not _due(p.deadline, now, everything):
+        return s
+    if p.dispatch == Dispatch.ATTEMPTED and p.deadline:
+        report.prompts_retired += 1
+        return retire_ambiguous(deps, s)  # the agent may have it: never resend
+    if p.dispatch != Dispatch.PENDING:
+        return s
+    turn = s.current_turn
+    if s.terminal or turn is None or turn.id != p.turn_id:
+        report.prompts_retired += 1
+        return deps.store.set_dispatch(s.id, p.message_id, expect=Dispatch.PENDING, to=Dispatch.REJECTED,
+                                       at=deps.now(), deadline=None)
+    try:  # stored but never attempted: dispatch it once
+        s = dispatch_prompt(deps, s, p)
+    except (DispatchFailed, DispatchAmbiguous) as exc:
+        log.warning("recovered prompt %s: %s", p.message_id, exc)
+    report.prompts_dispatched += 1
+    return deps.store.get_session(s.id) or s
+
+
+def _leases(deps: Deps, s: Session, report: Report, now: str) -> Session:
+    """A waiter that let its lease lapse is gone: detach durably and pause the agent's turn."""
+    for bundle in s.bundles:
+        if not bundle.waiter_until or bundle.waiter_until >= now or not bundle_is_active(s, bundle):
+            continue
+        if all(r.agent_disconnected for r in bundle.rows if row_pending(r)):
+            continue
+        expected = s.current_turn.id if s.current_turn else None
+        try:
+            pause_for_input(deps, s, bundle.id, expected)
+            report.waiters_detached += 1
+        except DomainError as exc:
+            log.warning("detaching lapsed waiter of %s: %s", bundle.id, exc)
+        s = deps.store.get_session(s.id) or s
+    return s
+
+
+def next_due(s: Session, now: str) -> str | None:
+    """The earliest outstanding owner deadline of the aggregate, or None when nothing is outstanding."""
+    candidates: list[str] = []
+    if s.reservation is not None:
+        candidates.append(s.reservation.deadline)
+    for b in s.bundles:
+        if b.delivery is not None and b.delivery.pending:
+            candidates.append(b.delivery.deadline)
+        if b.waiter_until and bundle_is_active(s, b) and not all(
+                r.agent_disconnected for r in b.rows if row_pending(r)):
+            candidates.append(b.waiter_until)
+    if s.prompt is not None and s.prompt.dispatch in (Dispatch.PENDING, Dispatch.ATTEMPTED) and s.prompt.deadline:
+        candidates.append(s.prompt.deadline)
+    if s.watchdog is not None:
+        candidates.append(s.watchdog.due)
+    return min(candidates) if candidates else None

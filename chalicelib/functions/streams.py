@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..api.views import clarification_view, message_view, session_view
+from ..domain.clarify import visible_rows
 from ..domain.model import Bundle, Session, Turn, TurnRecord
-from ..domain.rules import pending_action
+from ..domain.rules import pending_action, published_turn
 from ..services.deps import Deps, iso
 from ..services.events import emit, emit_for
 from ..services.history import bundle_message, prompt_message
@@ -61,7 +62,7 @@ def on_session_record(deps: Deps, record: Record) -> None:
 
 
 def _turns(deps: Deps, old: Session | None, new: Session) -> None:
-    turn, before = new.current_turn, (old.current_turn if old else None)
+    turn, before = published_turn(new), published_turn(old)
     if turn is None:
         return
     started = before is None or before.id != turn.id
@@ -92,9 +93,9 @@ def _abandon(deps: Deps, session: Session, turn: Turn, at: str) -> None:
 
 def _prompt_message(deps: Deps, old: Session | None, new: Session) -> None:
     prompt = new.prompt
-    if prompt is None or (old is not None and old.prompt is not None
-                          and old.prompt.message_id == prompt.message_id):
-        return
+    if prompt is None or prompt.author_id.startswith("system:") or (
+            old is not None and old.prompt is not None and old.prompt.message_id == prompt.message_id):
+        return  # system prompts (resume, watchdog) hand an answer over; they are not user messages
     seq = new.current_turn.seq if new.current_turn and new.current_turn.id == prompt.turn_id else new.turn_seq
     deps.store.put_message(prompt_message(new, seq))
 
@@ -108,17 +109,25 @@ def _bundles(deps: Deps, old: Session | None, new: Session) -> None:
             seq = new.current_turn.seq if new.current_turn and new.current_turn.id == bundle.turn_id else 0
             deps.store.put_message(bundle_message(new, bundle.id, seq))
             continue
-        changed = changed_rows(previous, bundle)
+        changed = changed_rows(previous, bundle) if not _claim_unconfirmed(bundle) else []
         if changed:
             emit_for(deps, new, f"message.updated:{bundle.id}:{new.version}", "message.updated", new.updated_at,
                      {**clarification_view(new, bundle), "changed_question_ids": changed})
 
 
+def _claim_unconfirmed(bundle: Bundle) -> bool:
+    return bundle.delivery is not None and bundle.delivery.pending
+
+
 def changed_rows(old: Bundle, new: Bundle) -> list[str]:
-    """Rows whose status, detach flag or response changed between two images of one bundle."""
-    before = {r.question.question_id: r for r in old.rows}
+    """Rows whose visible status, detach flag or response changed between two images of one bundle.
+
+    A claim is invisible until its delivery is confirmed: terminal updates are published only after
+    delivery succeeded, and a restored claim never showed as answered.
+    """
+    before = {r.question.question_id: r for r in visible_rows(old)}
     out = []
-    for row in new.rows:
+    for row in visible_rows(new):
         prev = before.get(row.question.question_id)
         if prev is None or (prev.status, prev.agent_disconnected, prev.response) != (
                 row.status, row.agent_disconnected, row.response):

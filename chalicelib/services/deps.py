@@ -25,6 +25,12 @@ class Settings:
     owner_window: timedelta = timedelta(seconds=60)
     events_lookback: timedelta = timedelta(seconds=30)
     max_event_wait: int = 25
+    max_waiter_poll: int = 25  # under API Gateway's 29 s limit
+    waiter_lease_margin: timedelta = timedelta(seconds=10)
+    confirm_wait: float = 8.0  # how long a live responder waits for the waiter's durable confirmation
+    watchdog_timeout: timedelta = timedelta(seconds=15)
+    reservation_wait: float = 10.0  # how long a delayed ready frame waits for a reservation to resolve
+    poll_interval: float = 0.1
 
 
 @dataclass

@@ -11,6 +11,7 @@ from ..domain import validation as v
 from ..domain.errors import ConditionFailed, SessionUnavailable, ValidationError
 from ..domain.model import TERMINAL_STATES, TURN_START_STATES, Message, Session, State, Turn
 from ..domain.rules import allowed_sources
+from . import watchdog
 from .access import session_for_agent
 from .deps import Deps
 from .lifecycle import complete_turn, end_session
@@ -86,8 +87,11 @@ def _apply(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
     if session.state in TERMINAL_STATES:
         return session, False
     if frame.type in OUTPUT_TYPES:
-        return _output(deps, session, frame)
+        # Activity disarms the watchdog even when the frame's identity is that of a cancelled prompt.
+        return _output(deps, watchdog.on_activity(deps, session), frame)
     if frame.type in ("turn_completed", "ready"):
+        if session.reservation is not None:
+            return _after_reservation(deps, session, frame)
         return _complete(deps, session, frame)
     if frame.type == "state" and frame.state is not None:
         return _state(deps, session, frame.state)
@@ -131,6 +135,19 @@ def _start_agent_turn(deps: Deps, session: Session) -> tuple[Session, Turn]:
         return current, current.current_turn
     assert session.current_turn is not None
     return session, session.current_turn
+
+
+def _after_reservation(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
+    """A delayed completion overlapping a reservation waits for it to resolve, then revalidates its prompt
+    generation: it can never complete the reserved successor. A generationless frame is dropped."""
+    waited = 0.0
+    while session.reservation is not None and waited < deps.settings.reservation_wait:
+        deps.sleep(deps.settings.poll_interval)
+        waited += deps.settings.poll_interval
+        session = deps.store.get_session(session.id) or session
+    if session.reservation is not None or frame.prompt_generation is None:
+        return session, False
+    return _complete(deps, session, frame)
 
 
 def _complete(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from ..auth.tokens import Caller
 from ..domain.errors import ConditionFailed, NotFound
 from ..domain.model import Message, Session, TurnRecord
+from ..domain.rules import published_turn
 from .access import session_for_user
 from .deps import Deps
 
@@ -26,7 +27,7 @@ def turns(deps: Deps, caller: Caller, session_id: str) -> list[TurnRecord]:
     session = session_for_user(deps, caller, session_id)
     records, _ = deps.store.list_history(session.id)
     by_id = {r.id: r for r in records}
-    current = session.current_turn
+    current = published_turn(session)  # a reserved, unacknowledged successor stays hidden
     if current is not None:  # the stream may not have copied the newest turn yet
         by_id[current.id] = TurnRecord(id=current.id, session_id=session.id, seq=current.seq,
                                        started_at=current.started_at, completed_at=current.completed_at)

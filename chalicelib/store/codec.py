@@ -9,16 +9,19 @@ from boto3.dynamodb.types import TypeDeserializer
 
 from ..domain.model import (
     Bundle,
+    Delivery,
     Dispatch,
     Message,
     Option,
     Prompt,
     Question,
+    Reservation,
     Row,
     Session,
     State,
     Turn,
     TurnRecord,
+    Watchdog,
 )
 from ..domain.rules import flag
 
@@ -101,11 +104,75 @@ def row_to_item(r: Row) -> dict[str, Any]:
 
 
 def bundle_to_item(b: Bundle) -> dict[str, Any]:
-    return {
+    item: dict[str, Any] = {
         "turn_id": b.turn_id, "message_id": b.message_id, "created_at": b.created_at, "context": b.context,
         "order": [r.question.question_id for r in b.rows],
         "rows": {r.question.question_id: row_to_item(r) for r in b.rows},
+        "dismissed_by": {sub: True for sub in b.dismissed_by},
     }
+    if b.delivery is not None:
+        item["delivery"] = delivery_to_item(b.delivery)
+    if b.waiter_until:
+        item["waiter_until"] = b.waiter_until
+    if b.late_message_id:
+        item["late_message_id"] = b.late_message_id
+    return item
+
+
+def delivery_to_item(d: Delivery) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "delivery_id": d.delivery_id, "row_ids": list(d.row_ids), "outcome": d.outcome, "mode": d.mode,
+        "claimed_at": d.claimed_at, "deadline": d.deadline, "idempotency_key": d.idempotency_key,
+        "fingerprint": d.fingerprint,
+    }
+    if d.confirmed_at:
+        item["confirmed_at"] = d.confirmed_at
+    if d.result:
+        item["result"] = d.result
+    return item
+
+
+def delivery_from_item(item: Mapping[str, Any] | None) -> Delivery | None:
+    if not item or not item.get("delivery_id"):
+        return None
+    return Delivery(delivery_id=item["delivery_id"], row_ids=tuple(item.get("row_ids", [])),
+                    outcome=item.get("outcome", ""), mode=item.get("mode", "live"),
+                    claimed_at=item.get("claimed_at", ""), deadline=item.get("deadline", ""),
+                    idempotency_key=item.get("idempotency_key", ""), fingerprint=item.get("fingerprint", ""),
+                    confirmed_at=item.get("confirmed_at") or None, result=item.get("result") or None)
+
+
+def reservation_to_item(r: Reservation) -> dict[str, Any]:
+    return {"turn_id": r.turn_id, "seq": r.seq, "predecessor": turn_to_item(r.predecessor),
+            "bundle_id": r.bundle_id, "bundle_turn_id": r.bundle_turn_id, "row_ids": list(r.row_ids),
+            "generation": r.generation, "created_at": r.created_at, "deadline": r.deadline,
+            "attempted": r.attempted}
+
+
+def reservation_from_item(item: Mapping[str, Any] | None) -> Reservation | None:
+    if not item or not item.get("turn_id"):
+        return None
+    predecessor = turn_from_item(item.get("predecessor"))
+    if predecessor is None:
+        raise ValueError("reservation without a predecessor turn")
+    return Reservation(turn_id=item["turn_id"], seq=int(item.get("seq", 0)), predecessor=predecessor,
+                       bundle_id=item.get("bundle_id", ""), bundle_turn_id=item.get("bundle_turn_id", ""),
+                       row_ids=tuple(item.get("row_ids", [])), generation=int(item.get("generation", 0)),
+                       created_at=item.get("created_at", ""), deadline=item.get("deadline", ""),
+                       attempted=flag(item.get("attempted", False)))
+
+
+def watchdog_to_item(w: Watchdog) -> dict[str, Any]:
+    return {"clarification_id": w.clarification_id, "turn_id": w.turn_id, "execution_id": w.execution_id,
+            "prompt_generation": w.prompt_generation, "due": w.due, "text": w.text}
+
+
+def watchdog_from_item(item: Mapping[str, Any] | None) -> Watchdog | None:
+    if not item or not item.get("clarification_id"):
+        return None
+    return Watchdog(clarification_id=item["clarification_id"], turn_id=item.get("turn_id", ""),
+                    execution_id=item.get("execution_id", ""), prompt_generation=int(item.get("prompt_generation", 0)),
+                    due=item.get("due", ""), text=item.get("text", ""))
 
 
 def bundle_from_item(bundle_id: str, item: Mapping[str, Any]) -> Bundle:
@@ -118,8 +185,12 @@ def bundle_from_item(bundle_id: str, item: Mapping[str, Any]) -> Bundle:
             response=rows_item[qid].get("response"))
         for qid in order if qid in rows_item
     )
+    dismissed = item.get("dismissed_by") or {}
     return Bundle(id=bundle_id, turn_id=item.get("turn_id", ""), message_id=item.get("message_id", ""),
-                  created_at=item.get("created_at", ""), context=item.get("context", ""), rows=rows)
+                  created_at=item.get("created_at", ""), context=item.get("context", ""), rows=rows,
+                  delivery=delivery_from_item(item.get("delivery")), waiter_until=item.get("waiter_until") or None,
+                  dismissed_by=tuple(sorted(k for k, v in dismissed.items() if flag(v))),
+                  late_message_id=item.get("late_message_id") or None)
 
 
 def session_from_item(item: Mapping[str, Any]) -> Session:
@@ -134,6 +205,9 @@ def session_from_item(item: Mapping[str, Any]) -> Session:
         prompt=prompt_from_item(item.get("prompt")),
         bundles=tuple(sorted((bundle_from_item(bid, b) for bid, b in bundles.items()),
                              key=lambda b: (b.created_at, b.id))),
+        reservation=reservation_from_item(item.get("reservation")),
+        watchdog=watchdog_from_item(item.get("watchdog")),
+        recon_due=item.get("recon_due") or None,
     )
 
 
@@ -149,6 +223,10 @@ def session_to_item(s: Session) -> dict[str, Any]:
         item["current_turn"] = turn_to_item(s.current_turn)
     if s.prompt:
         item["prompt"] = prompt_to_item(s.prompt)
+    if s.reservation:
+        item["reservation"] = reservation_to_item(s.reservation)
+    if s.watchdog:
+        item["watchdog"] = watchdog_to_item(s.watchdog)
     return item
 
 

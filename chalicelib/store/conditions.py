@@ -37,5 +37,8 @@ def row_not_detached(e: Expr, bundle_id: str, row_id: str) -> str:
 
 def bundle_active(e: Expr, bundle_id: str, row_ids: Iterable[str]) -> str:
     """THE rule: a pending row AND the current turn AND a non-terminal session."""
-    any_pending = " OR ".join(row_pending(e, bundle_id, q) for q in row_ids) or "1 = 0"
-    return f"{bundle_current(e, bundle_id)} AND {not_terminal(e)} AND ({any_pending})"
+    rows = [row_pending(e, bundle_id, q) for q in row_ids]
+    if not rows:
+        raise ValueError("an active bundle needs at least one candidate row")
+    any_pending = rows[0] if len(rows) == 1 else "(" + " OR ".join(rows) + ")"
+    return f"{bundle_current(e, bundle_id)} AND {not_terminal(e)} AND {any_pending}"

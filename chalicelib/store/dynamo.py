@@ -11,18 +11,20 @@ from pynamodb.exceptions import PutError, PynamoDBException
 
 from ..domain.errors import ConditionFailed, StoreUnavailable
 from ..domain.model import (
-    TERMINAL_STATES,
     Bundle,
+    Delivery,
     Dispatch,
     Event,
     Message,
     Prompt,
+    Reservation,
     Session,
     State,
     StatusSummary,
     Task,
     Turn,
     TurnRecord,
+    Watchdog,
 )
 from . import codec
 from . import conditions as c
@@ -205,8 +207,6 @@ class DynamoStore:
                 e.cond(c.row_pending(e, bundle_id, q))
                 e.set(e.path("bundles", bundle_id, "rows", q, "status"), "expired")
                 e.set(e.path("bundles", bundle_id, "rows", q, "agent_disconnected"), True)
-        if to in TERMINAL_STATES:
-            _set_deadline(e, None)
         _touch(e, at)
         return self._update(session_id, e)
 
@@ -262,6 +262,166 @@ class DynamoStore:
             e.set(e.path("bundles", bundle_id, "rows", q, "status"), status)
         _touch(e, at)
         return self._update(session_id, e)
+
+    # ---------------------------------------------------------------- responses and delivery
+    def renew_waiter(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, until: str,
+                     at: str) -> Session:
+        e = Expr()
+        e.cond(c.bundle_active(e, bundle_id, row_ids))
+        e.set(e.path("bundles", bundle_id, "waiter_until"), until)
+        _set_deadline(e, until)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def claim(self, session_id: str, bundle_id: str, responses: Mapping[str, Mapping[str, Any]], *,
+              status: str, delivery: Delivery, reservation: Reservation | None, at: str) -> Session:
+        """One conditional write: the rule, the exact rows still pending, then outcome + delivery intent."""
+        e = Expr()
+        e.cond(c.bundle_active(e, bundle_id, list(responses)))
+        for q, response in responses.items():
+            e.cond(c.row_pending(e, bundle_id, q))
+            e.set(e.path("bundles", bundle_id, "rows", q, "status"), status)
+            e.set(e.path("bundles", bundle_id, "rows", q, "response"), dict(response))
+        e.set(e.path("bundles", bundle_id, "delivery"), codec.delivery_to_item(delivery))
+        if reservation is not None:
+            e.cond(f"attribute_not_exists({e.path('reservation')})")  # one reservation at a time
+            e.set(e.path("reservation"), codec.reservation_to_item(reservation))
+        if delivery.pending:
+            _set_deadline(e, delivery.deadline)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def confirm_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
+                         watchdog: Watchdog | None, at: str) -> Session:
+        """Retire the intent: only for this exact, still-unconfirmed claim (a restore can't have won)."""
+        e = Expr()
+        e.cond(f"{e.path('bundles', bundle_id, 'delivery', 'delivery_id')} = {e.value(delivery_id)}")
+        e.cond(f"attribute_not_exists({e.path('bundles', bundle_id, 'delivery', 'confirmed_at')})")
+        e.set(e.path("bundles", bundle_id, "delivery", "confirmed_at"), at)
+        e.set(e.path("bundles", bundle_id, "delivery", "result"), result)
+        if watchdog is not None:
+            e.set(e.path("watchdog"), codec.watchdog_to_item(watchdog))
+            _set_deadline(e, watchdog.due)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def restore_claim(self, session_id: str, bundle_id: str, delivery_id: str, row_ids: Sequence[str], *,
+                      outcome: str, detach: bool, at: str, reservation: Reservation | None = None) -> Session:
+        """Put exactly the claimed rows back to pending while the claim is unconfirmed, its turn current
+        and the session live; with `reservation`, also undo that (unpublished) reservation."""
+        e = Expr()
+        b = bundle_id
+        e.cond(f"{e.path('bundles', b, 'delivery', 'delivery_id')} = {e.value(delivery_id)}")
+        e.cond(f"attribute_not_exists({e.path('bundles', b, 'delivery', 'confirmed_at')})")
+        e.cond(c.not_terminal(e))
+        if reservation is None:
+            e.cond(c.bundle_current(e, b))
+        else:
+            e.cond(f"{e.path('reservation', 'turn_id')} = {e.value(reservation.turn_id)}")
+            if reservation.attempted:  # the successor became current: hand authority back to its predecessor
+                e.cond(f"{e.path('current_turn', 'id')} = {e.value(reservation.turn_id)}")
+                e.set(e.path("current_turn"), codec.turn_to_item(reservation.predecessor))
+                e.set(e.path("turn_seq"), reservation.predecessor.seq)
+                e.set(e.path("state"), State.WAITING_FOR_INPUT.value)
+            else:
+                e.cond(f"{e.path('current_turn', 'id')} = {e.path('bundles', b, 'turn_id')}")
+            e.remove(e.path("reservation"))
+        for q in row_ids:
+            e.cond(f"{e.path('bundles', b, 'rows', q, 'status')} = {e.value(outcome)}")
+            e.set(e.path("bundles", b, "rows", q, "status"), "pending")
+            e.remove(e.path("bundles", b, "rows", q, "response"))
+            if detach:
+                e.set(e.path("bundles", b, "rows", q, "agent_disconnected"), True)
+        e.remove(e.path("bundles", b, "delivery"))
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def mark_attempted(self, session_id: str, reservation: Reservation, prompt: Prompt, *, at: str) -> Session:
+        """The at-most-once boundary: from this write the successor is the current turn."""
+        e = Expr()
+        e.cond(f"{e.path('reservation', 'turn_id')} = {e.value(reservation.turn_id)}")
+        e.cond(f"NOT ({e.path('reservation', 'attempted')} IN ({e.value(True)}, {e.value('true')}, "
+               f"{e.value('1')}, {e.value(1)}))")
+        e.cond(f"{e.path('current_turn', 'id')} = {e.value(reservation.bundle_turn_id)}")
+        e.cond(c.not_terminal(e))
+        e.set(e.path("reservation", "attempted"), True)
+        e.set(e.path("current_turn"), {"id": reservation.turn_id, "seq": reservation.seq, "started_at": at})
+        e.set(e.path("turn_seq"), reservation.seq)
+        e.set(e.path("state"), State.RUNNING.value)
+        e.set(e.path("generation"), prompt.generation)
+        e.set(e.path("prompt"), codec.prompt_to_item(prompt))
+        _set_deadline(e, reservation.deadline)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def finish_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
+                           result: str, dispatch: Dispatch, at: str) -> Session:
+        """Accepted (or ambiguous): clear the recovery metadata, retire the intent; the claim stays terminal.
+
+        Removing the reservation is what publishes the successor: the stream emits its turn.started then.
+        """
+        e = Expr()
+        e.cond(f"{e.path('reservation', 'turn_id')} = {e.value(reservation.turn_id)}")
+        e.remove(e.path("reservation"))
+        e.set(e.path("bundles", bundle_id, "delivery", "confirmed_at"), at)
+        e.set(e.path("bundles", bundle_id, "delivery", "result"), result)
+        e.cond(f"{e.path('bundles', bundle_id, 'delivery', 'delivery_id')} = {e.value(delivery_id)}")
+        e.set(e.path("prompt", "dispatch"), dispatch.value)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def retire_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
+                        at: str) -> Session:
+        return self.confirm_delivery(session_id, bundle_id, delivery_id, result=result, watchdog=None, at=at)
+
+    def clear_watchdog(self, session_id: str, clarification_id: str, at: str) -> Session:
+        e = Expr()
+        e.cond(f"{e.path('watchdog', 'clarification_id')} = {e.value(clarification_id)}")
+        e.remove(e.path("watchdog"))
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def admit_watchdog_prompt(self, session_id: str, watchdog: Watchdog, prompt: Prompt, *, at: str) -> Session:
+        """Serialized admission: the watchdog must still be armed and its turn still current."""
+        e = Expr()
+        e.cond(f"{e.path('watchdog', 'clarification_id')} = {e.value(watchdog.clarification_id)}")
+        e.cond(f"{e.path('current_turn', 'id')} = {e.value(watchdog.turn_id)}")
+        e.cond(c.not_terminal(e))
+        e.remove(e.path("watchdog"))
+        e.set(e.path("prompt"), codec.prompt_to_item(prompt))
+        e.set(e.path("generation"), prompt.generation)
+        e.set(e.path("state"), State.RUNNING.value)
+        _set_deadline(e, prompt.deadline)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def dismiss(self, session_id: str, bundle_id: str, row_ids: Sequence[str], user: str, at: str) -> Session:
+        """Only an inactive bundle can be dismissed (an active one is answered or rejected instead)."""
+        e = Expr()
+        e.cond(f"attribute_exists({e.path('bundles', bundle_id)})")
+        e.cond(f"NOT ({c.bundle_active(e, bundle_id, row_ids)})")
+        e.set(e.path("bundles", bundle_id, "dismissed_by", user), True)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def reschedule(self, session_id: str, *, expected_due: str | None, next_due: str | None) -> bool:
+        """The reconciler's compare-and-set on the owner deadline; False when a writer set a new one."""
+        e = Expr()
+        if expected_due is None:
+            e.cond(f"attribute_not_exists({e.path('recon_due')})")
+        else:
+            e.cond(f"{e.path('recon_due')} = {e.value(expected_due)}")
+        if next_due:
+            e.set(e.path("recon_shard"), RECON_SHARD)
+            e.set(e.path("recon_due"), next_due)
+        else:
+            e.remove(e.path("recon_shard"))
+            e.remove(e.path("recon_due"))
+        try:
+            self._update(session_id, e)
+            return True
+        except ConditionFailed:
+            return False
 
     def remove_bundle(self, session_id: str, bundle_id: str, at: str) -> Session:
         e = Expr()
@@ -409,10 +569,11 @@ def _touch(e: Expr, at: str) -> None:
 
 
 def _set_deadline(e: Expr, deadline: str | None) -> None:
-    """Owner deadline: presence puts the aggregate in the reconciler's sparse index."""
+    """Owner deadline: presence puts the aggregate in the reconciler's sparse index.
+
+    Writers only ever set it (a later deadline may postpone an earlier one by at most one owner window);
+    only the reconciler removes it, compare-and-set, once it found nothing outstanding.
+    """
     if deadline:
         e.set(e.path("recon_shard"), RECON_SHARD)
         e.set(e.path("recon_due"), deadline)
-    else:
-        e.remove(e.path("recon_shard"))
-        e.remove(e.path("recon_due"))

@@ -61,8 +61,9 @@ class Expr:
         return self
 
     def cond(self, clause: str) -> Expr:
-        """Add one named clause of the condition; clauses are ANDed."""
-        self._conds.append(f"({clause})")
+        """Add one clause of the condition; clauses are ANDed. DynamoDB rejects redundant parentheses,
+        so a clause is grouped only when it has a top-level OR."""
+        self._conds.append(f"({clause})" if _top_level_or(clause) else clause)
         return self
 
     def update_kwargs(self) -> dict[str, Any]:
@@ -87,3 +88,15 @@ class Expr:
         if self.values:
             kwargs["ExpressionAttributeValues"] = dict(self.values)
         return kwargs
+
+
+def _top_level_or(clause: str) -> bool:
+    depth = 0
+    for i, ch in enumerate(clause):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and clause.startswith(" OR ", i):
+            return True
+    return False

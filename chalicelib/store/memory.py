@@ -7,21 +7,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ..domain.errors import ConditionFailed
 from ..domain.model import (
-    TERMINAL_STATES,
     Bundle,
+    Delivery,
     Dispatch,
     Event,
     Message,
     Prompt,
+    Reservation,
     Session,
     State,
     StatusSummary,
     Task,
     Turn,
     TurnRecord,
+    Watchdog,
 )
 from ..domain.rules import bundle_is_active, row_pending
 from . import codec
@@ -99,7 +102,7 @@ class MemoryStore:
         def change(s: Session) -> Session:
             if prompt is None:
                 return replace(s, current_turn=turn, turn_seq=turn.seq, state=state)
-            self._deadline(s.id, prompt.deadline)
+            s = self._deadline(s, prompt.deadline)
             return replace(s, current_turn=turn, turn_seq=turn.seq, state=state, prompt=prompt,
                            generation=prompt.generation)
         return self._update(session_id, cond, change, at)
@@ -110,9 +113,9 @@ class MemoryStore:
             return s.prompt is not None and s.prompt.message_id == message_id and s.prompt.dispatch == expect
 
         def change(s: Session) -> Session:
-            assert s.prompt is not None
-            self._deadline(s.id, deadline)
-            return replace(s, prompt=replace(s.prompt, dispatch=to, deadline=deadline))
+            prompt = s.prompt
+            assert prompt is not None
+            return replace(self._deadline(s, deadline), prompt=replace(prompt, dispatch=to, deadline=deadline))
         return self._update(session_id, cond, change, at)
 
     def complete_turn(self, session_id: str, turn_id: str, *, from_state: State, to_state: State,
@@ -135,8 +138,6 @@ class MemoryStore:
             return s.state in states and all(_current(s, b) and _rows_pending(s, b, rows) for b, rows in expire.items())
 
         def change(s: Session) -> Session:
-            if to in TERMINAL_STATES:
-                self._deadline(s.id, None)
             s = _edit_rows(s, expire, status="expired", agent_disconnected=True)
             return replace(s, state=to)
         return self._update(session_id, cond, change, at)
@@ -187,6 +188,143 @@ class MemoryStore:
             return b is not None and bundle_is_active(s, b) and _rows_pending(s, bundle_id, row_ids)
         return self._update(session_id, cond, lambda s: _edit_rows(s, {bundle_id: row_ids}, status=status), at)
 
+    # ---------------------------------------------------------------- responses and delivery
+    def renew_waiter(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, until: str,
+                     at: str) -> Session:
+        return self._update(session_id, lambda s: _active(s, bundle_id, row_ids),
+                            lambda s: self._deadline(_edit_bundle(s, bundle_id, waiter_until=until), until), at)
+
+    def claim(self, session_id: str, bundle_id: str, responses: Mapping[str, Mapping[str, Any]], *,
+              status: str, delivery: Delivery, reservation: Reservation | None, at: str) -> Session:
+        def cond(s: Session) -> bool:
+            return (_active(s, bundle_id, list(responses)) and _rows_pending(s, bundle_id, list(responses))
+                    and (reservation is None or s.reservation is None))
+
+        def change(s: Session) -> Session:
+            b = s.bundle(bundle_id)
+            assert b is not None
+            rows = tuple(replace(r, status=status, response=dict(responses[r.question.question_id]))
+                         if r.question.question_id in responses else r for r in b.rows)
+            s = _edit_bundle(s, bundle_id, rows=rows, delivery=delivery)
+            if reservation is not None:
+                s = replace(s, reservation=reservation)
+            return self._deadline(s, delivery.deadline) if delivery.pending else s
+        return self._update(session_id, cond, change, at)
+
+    def confirm_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
+                         watchdog: Watchdog | None, at: str) -> Session:
+        def change(s: Session) -> Session:
+            d = _delivery(s, bundle_id)
+            assert d is not None
+            s = _edit_bundle(s, bundle_id, delivery=replace(d, confirmed_at=at, result=result))
+            if watchdog is not None:
+                s = self._deadline(replace(s, watchdog=watchdog), watchdog.due)
+            return s
+        return self._update(session_id, lambda s: _unconfirmed(s, bundle_id, delivery_id), change, at)
+
+    def restore_claim(self, session_id: str, bundle_id: str, delivery_id: str, row_ids: Sequence[str], *,
+                      outcome: str, detach: bool, at: str, reservation: Reservation | None = None) -> Session:
+        def cond(s: Session) -> bool:
+            b = s.bundle(bundle_id)
+            if b is None or not _unconfirmed(s, bundle_id, delivery_id) or s.terminal:
+                return False
+            rows = {r.question.question_id: r for r in b.rows}
+            if not all(q in rows and rows[q].status == outcome for q in row_ids):
+                return False
+            turn = s.current_turn.id if s.current_turn else None
+            if reservation is None:
+                return turn == b.turn_id
+            if s.reservation is None or s.reservation.turn_id != reservation.turn_id:
+                return False
+            return turn == (reservation.turn_id if reservation.attempted else b.turn_id)
+
+        def change(s: Session) -> Session:
+            b = s.bundle(bundle_id)
+            assert b is not None
+            extra: dict[str, object] = {"agent_disconnected": True} if detach else {}
+            rows = tuple(replace(r, status="pending", response=None, **extra)  # type: ignore[arg-type]
+                         if r.question.question_id in row_ids else r for r in b.rows)
+            s = _edit_bundle(s, bundle_id, rows=rows, delivery=None)
+            if reservation is not None:
+                s = replace(s, reservation=None)
+                if reservation.attempted:
+                    s = replace(s, current_turn=reservation.predecessor, turn_seq=reservation.predecessor.seq,
+                                state=State.WAITING_FOR_INPUT)
+            return s
+        return self._update(session_id, cond, change, at)
+
+    def mark_attempted(self, session_id: str, reservation: Reservation, prompt: Prompt, *, at: str) -> Session:
+        def cond(s: Session) -> bool:
+            r = s.reservation
+            return (r is not None and r.turn_id == reservation.turn_id and not r.attempted and not s.terminal
+                    and s.current_turn is not None and s.current_turn.id == reservation.bundle_turn_id)
+
+        def change(s: Session) -> Session:
+            assert s.reservation is not None
+            s = replace(s, reservation=replace(s.reservation, attempted=True),
+                        current_turn=Turn(reservation.turn_id, reservation.seq, at), turn_seq=reservation.seq,
+                        state=State.RUNNING, generation=prompt.generation, prompt=prompt)
+            return self._deadline(s, reservation.deadline)
+        return self._update(session_id, cond, change, at)
+
+    def finish_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
+                           result: str, dispatch: Dispatch, at: str) -> Session:
+        def cond(s: Session) -> bool:
+            d = _delivery(s, bundle_id)
+            return (s.reservation is not None and s.reservation.turn_id == reservation.turn_id
+                    and d is not None and d.delivery_id == delivery_id)
+
+        def change(s: Session) -> Session:
+            d = _delivery(s, bundle_id)
+            assert d is not None
+            s = _edit_bundle(s, bundle_id, delivery=replace(d, confirmed_at=at, result=result))
+            prompt = replace(s.prompt, dispatch=dispatch) if s.prompt else None
+            return replace(s, reservation=None, prompt=prompt)
+        return self._update(session_id, cond, change, at)
+
+    def retire_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
+                        at: str) -> Session:
+        return self.confirm_delivery(session_id, bundle_id, delivery_id, result=result, watchdog=None, at=at)
+
+    def clear_watchdog(self, session_id: str, clarification_id: str, at: str) -> Session:
+        return self._update(session_id,
+                            lambda s: s.watchdog is not None and s.watchdog.clarification_id == clarification_id,
+                            lambda s: replace(s, watchdog=None), at)
+
+    def admit_watchdog_prompt(self, session_id: str, watchdog: Watchdog, prompt: Prompt, *, at: str) -> Session:
+        def cond(s: Session) -> bool:
+            return (s.watchdog is not None and s.watchdog.clarification_id == watchdog.clarification_id
+                    and s.current_turn is not None and s.current_turn.id == watchdog.turn_id and not s.terminal)
+
+        def change(s: Session) -> Session:
+            s = replace(s, watchdog=None, prompt=prompt, generation=prompt.generation, state=State.RUNNING)
+            return self._deadline(s, prompt.deadline)
+        return self._update(session_id, cond, change, at)
+
+    def dismiss(self, session_id: str, bundle_id: str, row_ids: Sequence[str], user: str, at: str) -> Session:
+        def cond(s: Session) -> bool:
+            b = s.bundle(bundle_id)
+            return b is not None and not bundle_is_active(s, b)
+
+        def change(s: Session) -> Session:
+            b = s.bundle(bundle_id)
+            assert b is not None
+            return _edit_bundle(s, bundle_id, dismissed_by=tuple(sorted({*b.dismissed_by, user})))
+        return self._update(session_id, cond, change, at)
+
+    def reschedule(self, session_id: str, *, expected_due: str | None, next_due: str | None) -> bool:
+        with self._lock:
+            s = self.sessions.get(session_id)
+            if s is None or s.recon_due != expected_due:
+                return False
+            self.sessions[session_id] = replace(s, recon_due=next_due)
+            if next_due:
+                self.deadlines[session_id] = next_due
+            else:
+                self.deadlines.pop(session_id, None)
+            self.writes += 1
+            return True
+
     def remove_bundle(self, session_id: str, bundle_id: str, at: str) -> Session:
         return self._update(session_id, lambda s: s.bundle(bundle_id) is not None,
                             lambda s: replace(s, bundles=tuple(b for b in s.bundles if b.id != bundle_id)), at)
@@ -202,11 +340,12 @@ class MemoryStore:
             self.writes += 1
             return new
 
-    def _deadline(self, session_id: str, deadline: str | None) -> None:
+    def _deadline(self, s: Session, deadline: str | None) -> Session:
+        """Writers only set the owner deadline; the reconciler removes it (see DynamoStore)."""
         if deadline:
-            self.deadlines[session_id] = deadline
-        else:
-            self.deadlines.pop(session_id, None)
+            self.deadlines[s.id] = deadline
+            return replace(s, recon_due=deadline)
+        return s
 
     # ---------------------------------------------------------------- history
     def put_message(self, message: Message) -> bool:
@@ -288,3 +427,23 @@ def _edit_rows(s: Session, rows: Mapping[str, Sequence[str]], **changes: object)
                          for r in b.rows)
         bundles.append(replace(b, rows=new_rows))
     return replace(s, bundles=tuple(bundles))
+
+
+def _active(s: Session, bundle_id: str, row_ids: Sequence[str]) -> bool:
+    b = s.bundle(bundle_id)
+    return b is not None and bundle_is_active(s, b) and any(
+        row_pending(r) for r in b.rows if r.question.question_id in row_ids)
+
+
+def _delivery(s: Session, bundle_id: str) -> Delivery | None:
+    b = s.bundle(bundle_id)
+    return b.delivery if b is not None else None
+
+
+def _unconfirmed(s: Session, bundle_id: str, delivery_id: str) -> bool:
+    d = _delivery(s, bundle_id)
+    return d is not None and d.delivery_id == delivery_id and d.confirmed_at is None
+
+
+def _edit_bundle(s: Session, bundle_id: str, **changes: Any) -> Session:
+    return replace(s, bundles=tuple(replace(b, **changes) if b.id == bundle_id else b for b in s.bundles))

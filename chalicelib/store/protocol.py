@@ -5,9 +5,23 @@ Conditional operations raise ConditionFailed carrying the item as it was when th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from ..domain.model import Bundle, Dispatch, Event, Message, Prompt, Session, State, Task, Turn, TurnRecord
+from ..domain.model import (
+    Bundle,
+    Delivery,
+    Dispatch,
+    Event,
+    Message,
+    Prompt,
+    Reservation,
+    Session,
+    State,
+    Task,
+    Turn,
+    TurnRecord,
+    Watchdog,
+)
 
 
 class Store(Protocol):
@@ -64,6 +78,31 @@ class Store(Protocol):
     def close_rows(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, status: str,
                    at: str) -> Session: ...
     def remove_bundle(self, session_id: str, bundle_id: str, at: str) -> Session: ...
+
+    # -- responses, delivery intents, reservations, watchdog (the recovery operations are required members:
+    #    no store can be wired into the app without them)
+    def renew_waiter(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, until: str,
+                     at: str) -> Session: ...
+    def claim(self, session_id: str, bundle_id: str, responses: Mapping[str, Mapping[str, Any]], *,
+              status: str, delivery: Delivery, reservation: Reservation | None, at: str) -> Session:
+        """The rule + exact pending rows → outcome and delivery intent (and reservation) in one write."""
+        ...
+
+    def confirm_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
+                         watchdog: Watchdog | None, at: str) -> Session: ...
+    def restore_claim(self, session_id: str, bundle_id: str, delivery_id: str, row_ids: Sequence[str], *,
+                      outcome: str, detach: bool, at: str, reservation: Reservation | None = None) -> Session: ...
+    def mark_attempted(self, session_id: str, reservation: Reservation, prompt: Prompt, *, at: str) -> Session: ...
+    def finish_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
+                           result: str, dispatch: Dispatch, at: str) -> Session: ...
+    def retire_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
+                        at: str) -> Session: ...
+    def clear_watchdog(self, session_id: str, clarification_id: str, at: str) -> Session: ...
+    def admit_watchdog_prompt(self, session_id: str, watchdog: Watchdog, prompt: Prompt, *, at: str) -> Session: ...
+    def dismiss(self, session_id: str, bundle_id: str, row_ids: Sequence[str], user: str, at: str) -> Session: ...
+    def reschedule(self, session_id: str, *, expected_due: str | None, next_due: str | None) -> bool:
+        """Compare-and-set of the owner deadline (the reconciler's bookkeeping)."""
+        ...
 
     # -- history (kept in step by the stream functions)
     def put_message(self, message: Message) -> bool:
