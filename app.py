@@ -6,7 +6,7 @@ from typing import Any
 
 from chalice import AuthResponse, Chalice, Rate
 
-from chalicelib.api import views
+from chalicelib.api import static, views
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
 from chalicelib.auth.tokens import Caller, verify
@@ -60,6 +60,17 @@ def openapi() -> Any:
     return json_response(200, openapi_document(app))
 
 
+# ------------------------------------------------------------------ the web client (no token: it asks for one)
+@app.route("/", methods=["GET"])
+def web_index() -> Any:
+    return static.serve("index.html")
+
+
+@app.route("/web/{name}", methods=["GET"])
+def web_file(name: str) -> Any:
+    return static.serve(name)
+
+
 # ------------------------------------------------------------------ tasks
 @app.route(V1 + "/tasks", methods=["POST"], authorizer=bearer)
 @api.endpoint
@@ -86,7 +97,7 @@ def create_session(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
     created = sessions.create_session(d, caller, task_id, api.body())
     body = views.session_view(created.session)
     if created.admission:
-        body["admission"] = vars(created.admission)
+        body["admission"] = created.admission.as_dict()
     return 201, body
 
 
@@ -111,7 +122,8 @@ def cancel_session(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
 @app.route(V1 + "/sessions/{session_id}/messages", methods=["POST"], authorizer=bearer)
 @api.endpoint
 def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
-    return 201, vars(messages.send_message(d, caller, session_id, api.body()))
+    admission = messages.send_message(d, caller, session_id, api.body())
+    return (200 if admission.replayed else 201), admission.as_dict()
 
 
 @app.route(V1 + "/sessions/{session_id}/transcript", methods=["GET"], authorizer=bearer)

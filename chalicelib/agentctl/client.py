@@ -60,6 +60,10 @@ class HttpAgentctl:
     def cancel(self, request: CancelRequest) -> None:
         self._post("/cancel", asdict(request))
 
+    def steer(self, request: PromptRequest) -> bool:
+        """Inject a message into the running turn; False when the runtime does not support steering."""
+        return self._post("/steer", asdict(request)) in (200, 201, 202)
+
     def _post(self, path: str, body: dict[str, object]) -> int:
         req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})

@@ -36,6 +36,11 @@ def message_view(message: Message) -> dict[str, Any]:
     }
     if message.clarification_id:
         view["clarification_id"] = message.clarification_id
+    meta = message.meta or {}
+    if meta.get("in_reply_to"):
+        view["in_reply_to"] = meta["in_reply_to"]
+    if meta.get("queued"):
+        view["queued"] = True
     return view
 
 

@@ -75,3 +75,17 @@ class ConditionFailed(DomainError):
 
 class StoreUnavailable(DomainError):
     code, status, retryable = "store_unavailable", 503, True
+
+
+class AlreadyRemembered(DomainError):
+    """An idempotency key was already used: the caller reads the remembered outcome."""
+
+    code, status = "idempotency_conflict", 409
+
+
+class ClarificationActive(DomainError):
+    code, status = "clarification_active", 409
+
+
+class QueueFull(DomainError):
+    code, status, retryable = "queue_full", 409, True

@@ -61,6 +61,7 @@ class Prompt:
     generation: int
     dispatch: Dispatch
     deadline: str | None = None
+    reply_to: Mapping[str, Any] | None = None  # a late answer's question context
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ class Session:
     reservation: Reservation | None = None
     watchdog: Watchdog | None = None
     recon_due: str | None = None
+    queue: tuple[Prompt, ...] = ()  # messages admitted while the agent was mid-turn, in order
 
     @property
     def terminal(self) -> bool:
@@ -225,6 +227,7 @@ class Message:
     content: str
     created_at: str
     clarification_id: str | None = None
+    meta: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -118,3 +118,35 @@ def summary_text(bundle: Bundle, outcome_rows: Mapping[str, Mapping[str, Any]]) 
         lines.append(f"- {row.question.prompt}\n  Answer: {'; '.join(chosen) or '(no answer)'}")
     lines.append("Please continue with this information.")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LateAnswer:
+    """Answers to a question the agent no longer waits for, carried by an ordinary message."""
+
+    bundle_id: str
+    context: Mapping[str, Any]  # each question's prompt with the chosen labels or text
+    text: str
+
+
+def late_answer(bundle: Bundle, raw: Any) -> LateAnswer:
+    """Validate `in_reply_to.answers` against the bundle's unanswered questions and build the context."""
+    rows = [r.question.question_id for r in bundle.rows if r.response is None]
+    try:
+        outcome = parse_response({"answers": raw.get("answers")}, bundle, rows)
+    except ValidationError as exc:
+        raise ValidationError(f"in_reply_to.{exc.field}", exc.message) from None
+    responses = {a.question_id: a.as_response() for a in outcome.answers}
+    questions = []
+    for row in bundle.rows:
+        response = responses.get(row.question.question_id)
+        if response is None:
+            continue
+        labels = {o.option_id: o.label for o in row.question.options}
+        questions.append({"question_id": row.question.question_id, "prompt": row.question.prompt,
+                          "selected_labels": [labels[o] for o in response["selected_options"]],
+                          "custom_text": response["custom_text"]})
+    text = summary_text(bundle, responses).replace(
+        "You previously asked the user:", "Answering your earlier question (sent as a new message):")
+    return LateAnswer(bundle_id=bundle.id, context={"clarification_id": bundle.id, "questions": questions},
+                      text=text)

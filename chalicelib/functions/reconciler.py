@@ -20,6 +20,7 @@ from ..services import watchdog
 from ..services.clarifications import pause_for_input
 from ..services.deps import Deps
 from ..services.dispatch import dispatch_prompt, retire_ambiguous
+from ..services.messages import drain
 from ..services.readiness import mark_ready
 from ..services.resume import rollback
 
@@ -41,6 +42,7 @@ class Report:
     prompts_retired: int = 0
     waiters_detached: int = 0
     watchdogs_fired: int = 0
+    queue_drained: int = 0
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
@@ -76,6 +78,10 @@ def _session(deps: Deps, session_id: str, report: Report, *, now: str, everythin
     session = _intents(deps, session, report, now, everything)
     session = _prompt(deps, session, report, now, everything)
     session = _leases(deps, session, report, now)
+    if session.queue:
+        before = len(session.queue)
+        session = drain(deps, session)
+        report.queue_drained += before - len(session.queue)
     if session.watchdog is not None and session.watchdog.due < now and watchdog.fire(deps, session):
         report.watchdogs_fired += 1
     fresh = deps.store.get_session(session_id)
@@ -179,4 +185,6 @@ def next_due(s: Session, now: str) -> str | None:
         candidates.append(s.prompt.deadline)
     if s.watchdog is not None:
         candidates.append(s.watchdog.due)
+    if s.queue:  # a queue left behind by a crash between completion and drain
+        candidates.append(s.queue[0].deadline or now)
     return min(candidates) if candidates else None

@@ -20,7 +20,16 @@ class Transcript:
 def transcript(deps: Deps, caller: Caller, session_id: str) -> Transcript:
     session = session_for_user(deps, caller, session_id)
     _, messages = deps.store.list_history(session.id)
-    return Transcript(session, _with_bundles(session, messages))
+    return Transcript(session, _with_bundles(session, messages) + _queued(session))
+
+
+def _queued(session: Session) -> list[Message]:
+    """Messages waiting for the agent's turn to end, after everything else, marked as queued."""
+    return [Message(id=p.message_id, session_id=session.id, workspace_id=session.workspace_id,
+                    task_id=session.task_id, turn_id="", turn_seq=session.turn_seq + 1, author_type="user",
+                    type="message", content=p.content, created_at=p.created_at,
+                    meta={"queued": True, **({"in_reply_to": dict(p.reply_to)} if p.reply_to else {})})
+            for p in session.queue]
 
 
 def turns(deps: Deps, caller: Caller, session_id: str) -> list[TurnRecord]:
@@ -72,7 +81,8 @@ def prompt_message(session: Session, turn_seq: int) -> Message:
     p = session.prompt
     return Message(id=p.message_id, session_id=session.id, workspace_id=session.workspace_id,
                    task_id=session.task_id, turn_id=p.turn_id, turn_seq=turn_seq, author_type="user",
-                   type="message", content=p.content, created_at=p.created_at)
+                   type="message", content=p.content, created_at=p.created_at,
+                   meta={"in_reply_to": dict(p.reply_to)} if p.reply_to else None)
 
 
 def delete_message(deps: Deps, caller: Caller, session_id: str, message_id: str) -> None:

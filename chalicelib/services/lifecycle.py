@@ -7,6 +7,7 @@ from ..domain.model import TERMINAL_STATES, Session, State
 from ..domain.rules import active_bundles, allowed_sources
 from .clarifications import _retry
 from .deps import Deps
+from .messages import drain
 
 
 def end_session(deps: Deps, session: Session, to: State) -> Session:
@@ -43,6 +44,7 @@ def complete_turn(deps: Deps, session: Session, turn_id: str) -> Session | None:
                                           from_state=s.state, to_state=target)
         return deps.store.complete_turn(s.id, turn.id, from_state=s.state, to_state=target, at=deps.now())
     try:
-        return _retry(deps, session, attempt)
+        completed = _retry(deps, session, attempt)
     except ConditionFailed:
         return None
+    return drain(deps, completed) if completed is not None else None

@@ -1,17 +1,44 @@
-"""Ordinary user messages: admission starts a new turn (one conditional write), then dispatch."""
+"""Ordinary messages: every message, a late answer included, takes this one admission path.
+
+No turn open → sent (a new turn carrying the prompt, one conditional write) then dispatched; the agent
+mid-turn → steered when asked and agentctl supports it, otherwise queued and dispatched in order when the
+turn ends; a session that cannot take input → 409 session_unavailable with nothing stored.
+`client_message_id` is the admission's identity: its record commits atomically with the admission.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ..agentctl.client import AgentctlAmbiguous, PromptRequest
 from ..auth.tokens import Caller
+from ..domain import clarify
 from ..domain import validation as v
-from ..domain.errors import ConditionFailed, SessionUnavailable
-from ..domain.model import TURN_START_STATES, Dispatch, Prompt, Session, State, Turn
-from ..domain.rules import can_start_turn, input_capable
+from ..domain.errors import (
+    AlreadyRemembered,
+    ClarificationActive,
+    ClarificationInactive,
+    ConditionFailed,
+    DomainError,
+    IdempotencyMismatch,
+    SessionUnavailable,
+    ValidationError,
+)
+from ..domain.model import INPUT_CAPABLE_STATES, Dispatch, Message, Prompt, Session, Turn
+from ..domain.respond import LateAnswer, late_answer
+from ..domain.rules import bundle_is_active, input_capable
+from ..store.protocol import Remembered
 from .access import session_for_user
 from .deps import Deps
 from .dispatch import dispatch_prompt
+
+log = logging.getLogger(__name__)
+QUEUE_CAP = 10
+ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -19,35 +46,191 @@ class Admission:
     message_id: str
     admission: str  # sent | queued | steered
     turn_id: str | None
+    replayed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"message_id": self.message_id, "admission": self.admission, "turn_id": self.turn_id}
 
 
 def send_message(deps: Deps, caller: Caller, session_id: str, body: Any) -> Admission:
     data = v.body_object(body)
     client_message_id = v.identifier(data, "client_message_id")
-    content = v.text(data, "content", max_len=v.MAX_CONTENT)
-    v.choice(data, "delivery", ("auto", "steer", "queue"), "auto")
-    assert client_message_id is not None and content is not None
+    reply = data.get("in_reply_to")
+    if reply is not None and not isinstance(reply, Mapping):
+        raise ValidationError("in_reply_to", "in_reply_to must be an object")
+    content = v.text(data, "content", max_len=v.MAX_CONTENT, required=reply is None, allow_empty=reply is not None)
+    delivery = v.choice(data, "delivery", ("auto", "steer", "queue"), "auto")
+    assert client_message_id is not None
     session = session_for_user(deps, caller, session_id)
-    return admit_message(deps, caller, session, client_message_id=client_message_id, content=content)
-
-
-def admit_message(deps: Deps, caller: Caller, session: Session, *, client_message_id: str,
-                  content: str) -> Admission:
-    """Start a new turn carrying the prompt (the pointer moves in the same write), then dispatch it."""
-    if not input_capable(session.state):
-        raise SessionUnavailable(f"the session is {session.state.value} and cannot take input")
-    if not can_start_turn(session.state):
-        raise SessionUnavailable("the agent is in the middle of a turn; try again when it is idle")
-    now = deps.now()
-    turn = Turn(id=deps.new_id(), seq=session.turn_seq + 1, started_at=now)
-    prompt = Prompt(message_id=deps.new_id(), client_message_id=client_message_id, turn_id=turn.id,
-                    content=content, author_id=caller.sub, created_at=now, generation=session.generation + 1,
-                    dispatch=Dispatch.PENDING, deadline=deps.deadline())
+    late = _late(session, reply) if reply is not None else None
+    fingerprint = hashlib.sha256(json.dumps({"content": content or "", "delivery": delivery,
+                                             "in_reply_to": late.context if late else None},
+                                            sort_keys=True).encode()).hexdigest()
+    key = f"message:{session.id}:{client_message_id}"
+    remembered = deps.store.get_remembered(key)
+    if remembered is not None:
+        return _replay(remembered, fingerprint)
     try:
-        session = deps.store.start_turn(
-            session.id, expected_turn_id=session.current_turn.id if session.current_turn else None,
-            from_states=TURN_START_STATES, turn=turn, prompt=prompt, state=State.RUNNING, at=now)
+        return admit_message(deps, caller, session, client_message_id=client_message_id, content=content or "",
+                             delivery=delivery, late=late, remember=(key, fingerprint))
+    except AlreadyRemembered:  # a concurrent retry of the same message won the admission
+        remembered = deps.store.get_remembered(key)
+        assert remembered is not None
+        return _replay(remembered, fingerprint)
+
+
+def _late(session: Session, reply: Mapping[str, Any]) -> LateAnswer:
+    cid = reply.get("clarification_id")
+    bundle = session.bundle(cid) if isinstance(cid, str) else None
+    if bundle is None or clarify.session_of(str(cid)) != session.id:
+        raise ValidationError("in_reply_to.clarification_id", "not a question of this session")
+    if bundle_is_active(session, bundle):
+        raise ClarificationActive("the question is still active: answer it through respond")
+    state = clarify.derived_state(session, bundle)
+    if state not in ("superseded", "expired"):
+        raise ClarificationInactive("only a superseded or expired question can be answered late",
+                                    reason=state)
+    return late_answer(bundle, reply)
+
+
+def _replay(remembered: Remembered, fingerprint: str) -> Admission:
+    if remembered.fingerprint != fingerprint:
+        raise IdempotencyMismatch("this client_message_id was used with a different message")
+    r = remembered.response
+    if remembered.status_code >= 400:
+        error = dict(r.get("error", {}))
+        raise _RememberedError(remembered.status_code, error)
+    return Admission(str(r["message_id"]), str(r["admission"]), r.get("turn_id"), replayed=True)
+
+
+class _RememberedError(DomainError):
+    """The original outcome of this admission was an error after the message was stored."""
+
+    def __init__(self, status: int, error: Mapping[str, Any]) -> None:
+        super().__init__(str(error.get("message", "")), **dict(error.get("details", {})))
+        self.status = status
+        self.code = str(error.get("code", "dispatch_failed"))
+        self.retryable = bool(error.get("retryable", False))
+
+
+def admit_message(deps: Deps, caller: Caller, session: Session, *, client_message_id: str, content: str,
+                  delivery: str = "auto", late: LateAnswer | None = None,
+                  remember: tuple[str, str] | None = None) -> Admission:
+    text = "\n\n".join(t for t in (content, late.text if late else "") if t)
+    for _ in range(ATTEMPTS):
+        if not input_capable(session.state):
+            raise SessionUnavailable(f"the session is {session.state.value} and cannot take input")
+        turn = session.current_turn
+        try:
+            if turn is not None and turn.open:
+                if delivery == "steer" and _steer(deps, session, text):
+                    return _record_steered(deps, caller, session, client_message_id, content, late, remember)
+                return _queue(deps, caller, session, client_message_id, text, content, late, remember)
+            return _send(deps, caller, session, client_message_id, text, content, late, remember)
+        except ConditionFailed as exc:
+            current = exc.current if isinstance(exc.current, Session) else deps.store.get_session(session.id)
+            if current is None:
+                raise SessionUnavailable("the session is gone") from exc
+            session = current
+    raise SessionUnavailable("the session kept changing while the message was admitted; retry")
+
+
+def _prompt(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str,
+            late: LateAnswer | None, turn_id: str) -> Prompt:
+    return Prompt(message_id=deps.new_id(), client_message_id=client_message_id, turn_id=turn_id, content=text,
+                  author_id=caller.sub, created_at=deps.now(), generation=session.generation + 1,
+                  dispatch=Dispatch.PENDING, deadline=deps.deadline(),
+                  reply_to=dict(late.context) if late else None)
+
+
+def _send(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str, content: str,
+          late: LateAnswer | None, remember: tuple[str, str] | None) -> Admission:
+    turn = Turn(id=deps.new_id(), seq=session.turn_seq + 1, started_at=deps.now())
+    prompt = _prompt(deps, caller, session, client_message_id, text, late, turn.id)
+    admission = Admission(prompt.message_id, "sent", turn.id)
+    entry = Remembered(remember[0], remember[1], 201, admission.as_dict()) if remember else None
+    session = deps.store.admit(session.id, prompt, start=turn,
+                               expected_turn_id=session.current_turn.id if session.current_turn else None,
+                               from_states=INPUT_CAPABLE_STATES, link_bundle=late.bundle_id if late else None,
+                               remember=entry, queue_cap=QUEUE_CAP, at=deps.now())
+    try:
+        dispatch_prompt(deps, session, prompt)
+    except DomainError as exc:
+        if entry is not None:  # the retry of this message answers what this attempt answered
+            error = {"code": exc.code, "message": exc.message, "retryable": False,
+                     "details": {**exc.details, "message_id": prompt.message_id}}
+            deps.store.update_remembered(replace(entry, status_code=exc.status, response={"error": error}))
+        exc.details["message_id"] = prompt.message_id
+        raise
+    return admission
+
+
+def _queue(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str, content: str,
+           late: LateAnswer | None, remember: tuple[str, str] | None) -> Admission:
+    assert session.current_turn is not None
+    prompt = _prompt(deps, caller, session, client_message_id, text, late, "")
+    admission = Admission(prompt.message_id, "queued", None)
+    entry = Remembered(remember[0], remember[1], 201, admission.as_dict()) if remember else None
+    deps.store.admit(session.id, prompt, start=None, expected_turn_id=session.current_turn.id,
+                     from_states=INPUT_CAPABLE_STATES, link_bundle=late.bundle_id if late else None,
+                     remember=entry, queue_cap=QUEUE_CAP, at=deps.now())
+    return admission
+
+
+def _steer(deps: Deps, session: Session, text: str) -> bool:
+    steer = getattr(deps.agentctl, "steer", None)
+    if steer is None:
+        return False
+    assert session.current_turn is not None
+    try:
+        return bool(steer(PromptRequest(session_id=session.id, execution_id=session.execution_id,
+                                        prompt_generation=session.generation, turn_id=session.current_turn.id,
+                                        text=text, agent_token=deps.agent_token(session.workspace_id, session.id))))
+    except AgentctlAmbiguous:
+        return False
+
+
+def _record_steered(deps: Deps, caller: Caller, session: Session, client_message_id: str, content: str,
+                    late: LateAnswer | None, remember: tuple[str, str] | None) -> Admission:
+    turn = session.current_turn
+    assert turn is not None
+    message = Message(id=deps.new_id(), session_id=session.id, workspace_id=session.workspace_id,
+                      task_id=session.task_id, turn_id=turn.id, turn_seq=turn.seq, author_type="user",
+                      type="message", content=content, created_at=deps.now(),
+                      meta={"in_reply_to": dict(late.context)} if late else None)
+    deps.store.put_message(message)
+    admission = Admission(message.id, "steered", turn.id)
+    if remember:
+        deps.store.update_remembered(Remembered(remember[0], remember[1], 201, admission.as_dict()))
+    return admission
+
+
+def live_bundles(session: Session, now: str) -> bool:
+    """A live (not detached) active clarification blocks the queue drain; a detached one does not."""
+    return any(bundle_is_active(session, b) and not clarify.is_detached(b, now) for b in session.bundles)
+
+
+def drain(deps: Deps, session: Session) -> Session:
+    """Dispatch the queue's head as a new turn once the agent's turn is over (in order, one at a time).
+
+    The new turn supersedes a detached question: the documented trade-off of draining.
+    """
+    turn = session.current_turn
+    if not session.queue or session.terminal or (turn is not None and turn.open) or live_bundles(
+            session, deps.now()):
+        return session
+    head = session.queue[0]
+    new_turn = Turn(id=deps.new_id(), seq=session.turn_seq + 1, started_at=deps.now())
+    prompt = replace(head, turn_id=new_turn.id, generation=session.generation + 1, dispatch=Dispatch.PENDING,
+                     deadline=deps.deadline())
+    try:
+        session = deps.store.start_from_queue(session.id, expected_turn_id=turn.id if turn else None,
+                                              turn=new_turn, head=prompt, at=deps.now())
     except ConditionFailed as exc:
-        raise SessionUnavailable("the session changed while the message was admitted; retry") from exc
-    dispatch_prompt(deps, session, prompt)
-    return Admission(message_id=prompt.message_id, admission="sent", turn_id=turn.id)
+        log.info("queue drain of %s lost a race: %s", session.id, exc)
+        return exc.current if isinstance(exc.current, Session) else session
+    try:
+        return dispatch_prompt(deps, session, prompt)
+    except DomainError as exc:
+        log.warning("queued message %s of %s: %s", head.message_id, session.id, exc)
+        return deps.store.get_session(session.id) or session

@@ -14,10 +14,10 @@ from ..auth.tokens import Caller
 from ..domain import clarify
 from ..domain import validation as v
 from ..domain.errors import (
+    ClarificationActive,
     ClarificationInactive,
     ConditionFailed,
     DispatchFailed,
-    DomainError,
     IdempotencyMismatch,
     NotFound,
 )
@@ -33,10 +33,6 @@ from .resume import respond_detached
 
 log = logging.getLogger(__name__)
 ATTEMPTS = 4
-
-
-class ClarificationActive(DomainError):
-    code, status = "clarification_active", 409
 
 
 def outcome_payload(bundle: Bundle) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Maps stored items (plain Python values) to domain objects and back. No logic beyond shape."""
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -66,6 +67,8 @@ def prompt_to_item(p: Prompt) -> dict[str, Any]:
     }
     if p.deadline:
         item["deadline"] = p.deadline
+    if p.reply_to is not None:
+        item["reply_to"] = dict(p.reply_to)
     return item
 
 
@@ -77,7 +80,7 @@ def prompt_from_item(item: Mapping[str, Any] | None) -> Prompt | None:
         turn_id=item.get("turn_id", ""), content=item.get("content", ""),
         author_id=item.get("author_id", ""), created_at=item.get("created_at", ""),
         generation=int(item.get("generation", 0)), dispatch=Dispatch(item.get("dispatch", "pending")),
-        deadline=item.get("deadline") or None,
+        deadline=item.get("deadline") or None, reply_to=item.get("reply_to") or None,
     )
 
 
@@ -208,6 +211,7 @@ def session_from_item(item: Mapping[str, Any]) -> Session:
         reservation=reservation_from_item(item.get("reservation")),
         watchdog=watchdog_from_item(item.get("watchdog")),
         recon_due=item.get("recon_due") or None,
+        queue=tuple(p for p in (prompt_from_item(q) for q in item.get("queue") or []) if p is not None),
     )
 
 
@@ -227,6 +231,7 @@ def session_to_item(s: Session) -> dict[str, Any]:
         item["reservation"] = reservation_to_item(s.reservation)
     if s.watchdog:
         item["watchdog"] = watchdog_to_item(s.watchdog)
+    item["queue"] = [prompt_to_item(p) for p in s.queue]
     return item
 
 
@@ -240,13 +245,16 @@ def history_sk_message(turn_seq: int, created_at: str, message_id: str) -> str:
 
 
 def message_from_history(item: Mapping[str, Any]) -> Message:
+    meta = item.get("meta")
+    if isinstance(meta, str):  # stream images carry the JSON attribute as its stored string
+        meta = json.loads(meta) if meta else None
     return Message(
         id=item["item_id"], session_id=item["session_id"], workspace_id=item.get("workspace_id", ""),
         task_id=item["task_id"],
         turn_id=item["turn_id"], turn_seq=int(item.get("turn_seq", 0)),
         author_type=item.get("author_type") or "agent", type=item.get("type") or "message",
         content=item.get("content") or "", created_at=item["created_at"],
-        clarification_id=item.get("clarification_id") or None,
+        clarification_id=item.get("clarification_id") or None, meta=meta or None,
     )
 
 

@@ -1,6 +1,8 @@
 """DynamoDB implementation of the store. The only module (with models.py) that talks to DynamoDB."""
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -9,7 +11,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 from pynamodb.exceptions import PutError, PynamoDBException
 
-from ..domain.errors import ConditionFailed, StoreUnavailable
+from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreUnavailable
 from ..domain.model import (
     Bundle,
     Delivery,
@@ -29,8 +31,10 @@ from ..domain.model import (
 from . import codec
 from . import conditions as c
 from .expr import Expr, to_attr
-from .models import EventRecord, HistoryRecord, MetaRecord, SessionRecord, TaskRecord
+from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
+from .protocol import Remembered
 
+IDEMPOTENCY_TTL = timedelta(days=1)
 RECON_SHARD = "due"  # one partition of the sparse index; it only ever holds outstanding work
 EVENT_TTL = timedelta(days=7)
 T = TypeVar("T")
@@ -447,6 +451,102 @@ class DynamoStore:
             raise StoreUnavailable(f"storage error: {exc}") from exc
         return codec.session_from_item(codec.from_attrs(resp["Attributes"]))
 
+    # ---------------------------------------------------------------- message admission
+    def admit(self, session_id: str, prompt: Prompt, *, start: Turn | None, expected_turn_id: str | None,
+              from_states: Iterable[State], link_bundle: str | None, remember: Remembered | None,
+              queue_cap: int, at: str) -> Session:
+        e = Expr()
+        if expected_turn_id is None:
+            e.cond(f"attribute_not_exists({e.path('current_turn')})")
+        else:
+            e.cond(f"{e.path('current_turn', 'id')} = {e.value(expected_turn_id)}")
+        e.cond(_state_in(e, from_states))
+        if start is not None:
+            if expected_turn_id is not None:  # a send never cuts into an open turn
+                e.cond(f"attribute_exists({e.path('current_turn', 'completed_at')})")
+            e.set(e.path("current_turn"), codec.turn_to_item(start))
+            e.set(e.path("turn_seq"), start.seq)
+            e.set(e.path("state"), State.RUNNING.value)
+            e.set(e.path("generation"), prompt.generation)
+            e.set(e.path("prompt"), codec.prompt_to_item(prompt))
+            _set_deadline(e, prompt.deadline)
+        else:  # queue behind the open turn, bounded so the aggregate stays small
+            e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
+            e.cond(f"attribute_not_exists({e.path('queue')}) OR size({e.path('queue')}) < {e.value(queue_cap)}")
+            q = e.path("queue")
+            entry = e.value([codec.prompt_to_item(prompt)])
+            e.set_raw(f"{q} = list_append(if_not_exists({q}, {e.value([])}), {entry})")
+            _set_deadline(e, prompt.deadline)
+        if link_bundle is not None:  # a late answer links its (inactive) question to this message
+            b = link_bundle
+            e.cond(f"attribute_exists({e.path('bundles', b)})")
+            e.set(e.path("bundles", b, "late_message_id"), prompt.message_id)
+        _touch(e, at)
+        update = {"TableName": self.sessions_table, "Key": {"session_id": {"S": session_id}},
+                  "ReturnValuesOnConditionCheckFailure": "ALL_OLD", **e.update_kwargs()}
+        if remember is None:
+            return self._update(session_id, e)
+        put = {"TableName": IdempotencyRecord.Meta.table_name,
+               "Item": {"key": {"S": remember.key}, "fingerprint": {"S": remember.fingerprint},
+                        "status_code": {"N": str(remember.status_code)},
+                        "response": {"S": json.dumps(dict(remember.response))},
+                        "expires_at": {"N": str(int(time.time() + IDEMPOTENCY_TTL.total_seconds()))}},
+               "ConditionExpression": "attribute_not_exists(#k)", "ExpressionAttributeNames": {"#k": "key"}}
+        try:
+            # The idempotency record and the admission commit together or not at all.
+            self.client.transact_write_items(TransactItems=[{"Update": update}, {"Put": put}])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise StoreUnavailable(f"storage error: {exc}") from exc
+            reasons = exc.response.get("CancellationReasons", [])
+            codes = [r.get("Code") for r in reasons]
+            if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+                raise AlreadyRemembered("this idempotency key was already used") from exc
+            if codes and codes[0] == "ConditionalCheckFailed":
+                old = reasons[0].get("Item")
+                current = codec.session_from_item(codec.from_attrs(old)) if old else None
+                raise ConditionFailed("the session changed", current=current) from exc
+            raise StoreUnavailable(f"storage error: {exc}") from exc
+        session = self.get_session(session_id)
+        assert session is not None
+        return session
+
+    def start_from_queue(self, session_id: str, *, expected_turn_id: str | None, turn: Turn, head: Prompt,
+                         at: str) -> Session:
+        e = Expr()
+        if expected_turn_id is None:
+            e.cond(f"attribute_not_exists({e.path('current_turn')})")
+        else:
+            e.cond(f"{e.path('current_turn', 'id')} = {e.value(expected_turn_id)}")
+            e.cond(f"attribute_exists({e.path('current_turn', 'completed_at')})")
+        e.cond(c.not_terminal(e))
+        e.cond(f"{e.path('queue')}[0].{e.path('message_id')} = {e.value(head.message_id)}")
+        e.set(e.path("current_turn"), codec.turn_to_item(turn))
+        e.set(e.path("turn_seq"), turn.seq)
+        e.set(e.path("state"), State.RUNNING.value)
+        e.set(e.path("generation"), head.generation)
+        e.set(e.path("prompt"), codec.prompt_to_item(head))
+        e.remove(f"{e.path('queue')}[0]")
+        _set_deadline(e, head.deadline)
+        _touch(e, at)
+        return self._update(session_id, e)
+
+    def get_remembered(self, key: str) -> Remembered | None:
+        def get() -> Remembered | None:
+            try:
+                rec = IdempotencyRecord.get(key, consistent_read=True)
+            except IdempotencyRecord.DoesNotExist:
+                return None
+            return Remembered(key=rec.key, fingerprint=rec.fingerprint, status_code=int(rec.status_code),
+                              response=rec.response)
+        return _translate(get)
+
+    def update_remembered(self, entry: Remembered) -> None:
+        rec = IdempotencyRecord(entry.key, fingerprint=entry.fingerprint, status_code=entry.status_code,
+                                response=dict(entry.response),
+                                expires_at=datetime.now(UTC) + IDEMPOTENCY_TTL)
+        _translate(lambda: rec.save(condition=IdempotencyRecord.key.exists()))
+
     # ---------------------------------------------------------------- history
     def put_message(self, message: Message) -> bool:
         rec = HistoryRecord(
@@ -454,7 +554,7 @@ class DynamoStore:
             kind="message", item_id=message.id, workspace_id=message.workspace_id, task_id=message.task_id,
             turn_id=message.turn_id, turn_seq=message.turn_seq, created_at=message.created_at,
             author_type=message.author_type, type=message.type, content=message.content,
-            clarification_id=message.clarification_id)
+            clarification_id=message.clarification_id, meta=dict(message.meta) if message.meta else None)
         return self._put_once(rec, HistoryRecord.sk.does_not_exist())
 
     def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:

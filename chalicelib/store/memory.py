@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..domain.errors import ConditionFailed
+from ..domain.errors import AlreadyRemembered, ConditionFailed
 from ..domain.model import (
     Bundle,
     Delivery,
@@ -28,6 +28,7 @@ from ..domain.model import (
 )
 from ..domain.rules import bundle_is_active, row_pending
 from . import codec
+from .protocol import Remembered
 
 
 class MemoryStore:
@@ -39,6 +40,7 @@ class MemoryStore:
         self.history: dict[str, dict[str, Message | TurnRecord]] = {}
         self.events: dict[str, dict[str, tuple[str, Event]]] = {}
         self.meta: dict[str, str] = {}
+        self.remembered: dict[str, Remembered] = {}
         self.writes = 0
 
     # ---------------------------------------------------------------- tasks
@@ -346,6 +348,59 @@ class MemoryStore:
             self.deadlines[s.id] = deadline
             return replace(s, recon_due=deadline)
         return s
+
+    # ---------------------------------------------------------------- message admission
+    def admit(self, session_id: str, prompt: Prompt, *, start: Turn | None, expected_turn_id: str | None,
+              from_states: Iterable[State], link_bundle: str | None, remember: Remembered | None,
+              queue_cap: int, at: str) -> Session:
+        states = frozenset(from_states)
+
+        def cond(s: Session) -> bool:
+            current = s.current_turn.id if s.current_turn else None
+            if current != expected_turn_id or s.state not in states:
+                return False
+            if link_bundle is not None and s.bundle(link_bundle) is None:
+                return False
+            turn_open = s.current_turn is not None and s.current_turn.open
+            return not turn_open if start is not None else (turn_open and len(s.queue) < queue_cap)
+
+        def change(s: Session) -> Session:
+            if link_bundle is not None:
+                s = _edit_bundle(s, link_bundle, late_message_id=prompt.message_id)
+            if start is None:
+                return self._deadline(replace(s, queue=(*s.queue, prompt)), prompt.deadline)
+            s = self._deadline(s, prompt.deadline)
+            return replace(s, current_turn=start, turn_seq=start.seq, state=State.RUNNING,
+                           generation=prompt.generation, prompt=prompt)
+        with self._lock:
+            if remember is not None and remember.key in self.remembered:
+                raise AlreadyRemembered("this idempotency key was already used")
+            session = self._update(session_id, cond, change, at)
+            if remember is not None:
+                self.remembered[remember.key] = remember
+            return session
+
+    def start_from_queue(self, session_id: str, *, expected_turn_id: str | None, turn: Turn, head: Prompt,
+                         at: str) -> Session:
+        def cond(s: Session) -> bool:
+            current = s.current_turn.id if s.current_turn else None
+            open_turn = s.current_turn is not None and s.current_turn.open
+            return (current == expected_turn_id and not open_turn and not s.terminal and bool(s.queue)
+                    and s.queue[0].message_id == head.message_id)
+
+        def change(s: Session) -> Session:
+            s = self._deadline(s, head.deadline)
+            return replace(s, current_turn=turn, turn_seq=turn.seq, state=State.RUNNING,
+                           generation=head.generation, prompt=head, queue=s.queue[1:])
+        return self._update(session_id, cond, change, at)
+
+    def get_remembered(self, key: str) -> Remembered | None:
+        return self.remembered.get(key)
+
+    def update_remembered(self, entry: Remembered) -> None:
+        with self._lock:
+            if entry.key in self.remembered:
+                self.remembered[entry.key] = entry
 
     # ---------------------------------------------------------------- history
     def put_message(self, message: Message) -> bool:

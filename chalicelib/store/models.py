@@ -120,6 +120,7 @@ class HistoryRecord(Model):
     type = UnicodeAttribute(null=True)
     content = UnicodeAttribute(null=True)
     clarification_id = UnicodeAttribute(null=True)
+    meta = JSONAttribute(null=True)
 
 
 class EventRecord(Model):

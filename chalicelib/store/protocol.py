@@ -5,6 +5,7 @@ Conditional operations raise ConditionFailed carrying the item as it was when th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..domain.model import (
@@ -22,6 +23,16 @@ from ..domain.model import (
     TurnRecord,
     Watchdog,
 )
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """The remembered outcome of an idempotent request (message admission)."""
+
+    key: str
+    fingerprint: str
+    status_code: int
+    response: Mapping[str, Any]
 
 
 class Store(Protocol):
@@ -103,6 +114,22 @@ class Store(Protocol):
     def reschedule(self, session_id: str, *, expected_due: str | None, next_due: str | None) -> bool:
         """Compare-and-set of the owner deadline (the reconciler's bookkeeping)."""
         ...
+
+    # -- message admission (the idempotency record is written atomically with the aggregate)
+    def admit(self, session_id: str, prompt: Prompt, *, start: Turn | None, expected_turn_id: str | None,
+              from_states: Iterable[State], link_bundle: str | None, remember: Remembered | None,
+              queue_cap: int, at: str) -> Session:
+        """With `start`: a new turn carrying the prompt (no turn may be open). Without: append the prompt
+        to the queue of the open turn `expected_turn_id`. Raises AlreadyRemembered when the key exists."""
+        ...
+
+    def start_from_queue(self, session_id: str, *, expected_turn_id: str | None, turn: Turn, head: Prompt,
+                         at: str) -> Session:
+        """Drain: start `turn` with the queue's head (which must still be `head`) and pop it, in one write."""
+        ...
+
+    def get_remembered(self, key: str) -> Remembered | None: ...
+    def update_remembered(self, entry: Remembered) -> None: ...
 
     # -- history (kept in step by the stream functions)
     def put_message(self, message: Message) -> bool:
