@@ -67,10 +67,12 @@ class Supervisor:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Run Clarify locally")
-    parser.add_argument("--api-port", type=int, default=8000)
-    parser.add_argument("--agent-port", type=int, default=8001)
-    parser.add_argument("--schedule-interval", type=float, default=15.0)
-    parser.add_argument("--workspace", default="ws-local")
+    env_int = lambda name, default: int(os.environ.get(name, default))  # noqa: E731
+    parser.add_argument("--api-port", type=int, default=env_int("CLARIFY_API_PORT", 8000))
+    parser.add_argument("--agent-port", type=int, default=env_int("CLARIFY_AGENT_PORT", 8001))
+    parser.add_argument("--schedule-interval", type=float,
+                        default=float(os.environ.get("CLARIFY_SCHEDULE_INTERVAL", "15")))
+    parser.add_argument("--workspace", default=os.environ.get("CLARIFY_WORKSPACE", "ws-local"))
     args = parser.parse_args()
 
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:4566"

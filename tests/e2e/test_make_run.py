@@ -1,0 +1,138 @@
+"""`make run` as the README says: the whole local stack in child processes, over real HTTP.
+
+The emulator is started here first, so the run command must use it (and its data) instead of its own,
+which also proves a restart keeps the data and the reconciler runs again before traffic.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from scripts.local.emulator import EmulatorThread
+from tests.conftest import ROOT
+
+
+# make itself receives the Ctrl-C too and reports it (130, or -SIGINT); the run command exits 0.
+CTRL_C_EXIT = (0, 130, -signal.SIGINT)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Run:
+    def __init__(self, endpoint: str) -> None:
+        self.api_port, self.agent_port = free_port(), free_port()
+        env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "CLARIFY_API_PORT": str(self.api_port),
+               "CLARIFY_AGENT_PORT": str(self.agent_port), "CLARIFY_SCHEDULE_INTERVAL": "2",
+               "CLARIFY_WORKSPACE": "ws-e2e"}
+        self.proc = subprocess.Popen(["make", "--no-print-directory", "run"], cwd=ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.output: list[str] = []
+        self.token = self._wait_ready()
+        self.url = f"http://127.0.0.1:{self.api_port}/api/v1"
+
+    def _wait_ready(self, timeout: float = 90) -> str:
+        deadline = time.time() + timeout
+        assert self.proc.stdout is not None
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            if "user token" in line:
+                return self.proc.stdout.readline().strip()
+        raise AssertionError("make run did not become ready:\n" + "".join(self.output))
+
+    def call(self, method: str, path: str, body: Any = None) -> requests.Response:
+        return requests.request(method, self.url + path, json=body, timeout=30,
+                                headers={"Authorization": f"Bearer {self.token}"})
+
+    def stop(self) -> int:
+        os.killpg(self.proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def shared_emulator() -> Iterator[EmulatorThread]:
+    emu = EmulatorThread(port=free_port()).start()
+    yield emu
+    emu.stop()
+
+
+def eventually(check: Any, timeout: float = 20.0) -> Any:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.25)
+    raise AssertionError("condition not met in time")
+
+
+def test_make_run__message__agent_reply_events_and_clean_stop(shared_emulator: EmulatorThread) -> None:
+    run = Run(shared_emulator.url)
+    try:
+        assert requests.get(run.url + "/health", timeout=5).json() == {"status": "ok", "ready": True}
+        assert "using the emulator already answering" in "".join(run.output)
+        task = run.call("POST", "/tasks", {"title": "e2e"}).json()
+        session = run.call("POST", f"/tasks/{task['id']}/sessions", {}).json()
+        sent = run.call("POST", f"/sessions/{session['id']}/messages", {"client_message_id": "e2e-1",
+                                                                         "content": "hello agent"})
+        assert sent.status_code == 201 and sent.json()["admission"] == "sent"
+        messages = eventually(lambda: [m for m in run.call("GET", f"/sessions/{session['id']}/transcript")
+                                       .json()["messages"] if m["author_type"] == "agent"])
+        assert messages[0]["content"] == "Echo: hello agent"
+        types = eventually(lambda: {e["type"] for e in run.call("GET", "/events").json()["events"]}
+                           >= {"turn.started", "turn.completed", "message.added"})
+        assert types
+    finally:
+        code = run.stop()
+    assert code in CTRL_C_EXIT, "".join(run.output)
+    ports = (run.api_port, run.agent_port)
+    for port in ports:  # every child stopped with it
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+
+    again = Run(shared_emulator.url)  # restart against the same data
+    try:
+        titles = [t["title"] for t in again.call("GET", "/tasks").json()["tasks"]]
+        assert "e2e" in titles
+    finally:
+        assert again.stop() in CTRL_C_EXIT
+
+
+def test_make_run__reconciler_fails__refuses_to_start(shared_emulator: EmulatorThread) -> None:
+    """A broken aggregate makes the before-traffic reconciler fail: the run command must not serve."""
+    from scripts.local.stack import aws_clients
+    client = aws_clients(shared_emulator.url)[0]
+    from chalicelib.store import tables
+    os.environ["CLARIFY_TABLE_PREFIX"] = "clarify-local-"
+    from chalicelib import bootstrap
+    bootstrap.configure_tables()
+    tables.create_tables(client)
+    client.put_item(TableName="clarify-local-sessions", Item={
+        "session_id": {"S": "broken"}, "workspace_id": {"S": "w"}, "task_id": {"S": "t"},
+        "created_at": {"S": "x"}, "updated_at": {"S": "x"}, "state": {"S": "WAITING_FOR_INPUT"},
+        "version": {"N": "1"}, "bundles": {"M": {}}, "recon_shard": {"S": "due"}, "recon_due": {"S": "x"},
+        # a reservation without its predecessor turn is malformed recovery metadata
+        "reservation": {"M": {"turn_id": {"S": "t2"}, "attempted": {"BOOL": False}}}})
+    env = {**os.environ, "AWS_ENDPOINT_URL": shared_emulator.url, "CLARIFY_API_PORT": str(free_port()),
+           "CLARIFY_AGENT_PORT": str(free_port())}
+    done = subprocess.run(["make", "--no-print-directory", "run"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert re.search(r"make run failed: .*broken", done.stdout + done.stderr)
+    client.delete_item(TableName="clarify-local-sessions", Key={"session_id": {"S": "broken"}})
