@@ -185,6 +185,6 @@ def next_due(s: Session, now: str) -> str | None:
         candidates.append(s.prompt.deadline)
     if s.watchdog is not None:
         candidates.append(s.watchdog.due)
-    if s.queue:  # a queue left behind by a crash between completion and drain
+    if s.queue and not s.terminal:  # a queue left behind by a crash between completion and drain
         candidates.append(s.queue[0].deadline or now)
     return min(candidates) if candidates else None
