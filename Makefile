@@ -16,7 +16,7 @@ run: $(STAMP)
 	$(PY) -m scripts.local.run
 
 test: $(STAMP)
-	$(PY) -m ruff check app.py chalicelib scripts tests
+	$(PY) -m ruff check app.py chalicelib infra scripts tests
 	$(PY) -m mypy
 	$(PY) -m pytest
 

@@ -47,7 +47,15 @@ def _translate(fn: Callable[[], T]) -> T:
     except ConditionFailed:
         raise
     except (ClientError, BotoCoreError, PynamoDBException) as exc:
+        if _condition_failed(exc):
+            raise ConditionFailed("the item changed or already exists") from exc
         raise StoreUnavailable(f"storage error: {exc}") from exc
+
+
+def _condition_failed(exc: Exception) -> bool:
+    if isinstance(exc, ClientError):
+        return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+    return getattr(exc, "cause_response_code", None) == "ConditionalCheckFailedException"
 
 
 class DynamoStore:

@@ -179,12 +179,14 @@ function applyRoute(route, notice = null) {
   render();
 }
 
-window.addEventListener("popstate", () => {
+function onExternalNavigation() {
   const route = parseRoute(location.hash);
   if (route.taskId === state.route.taskId && route.sessionId === state.route.sessionId) return;
   desktop.invalidate(); // an external active-task change makes an in-flight activation inert
   applyRoute(route);
-});
+}
+window.addEventListener("popstate", onExternalNavigation);
+window.addEventListener("hashchange", onExternalNavigation);
 
 // ------------------------------------------------------------------ transcript
 

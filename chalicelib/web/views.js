@@ -112,7 +112,7 @@ function renderTaskRow(state, task, where) {
       type: "button", "data-action": "activate-task", "data-task-id": task.id, "data-where": where,
       "aria-current": active ? "true" : false, "aria-busy": busy ? "true" : false,
       "aria-label": `${task.title}${pending ? ", question pending" : ""}`,
-      "data-pending": pending ? "true" : "false",
+      "data-pending": pending ? "true" : "false", "data-revision": String(task.status_summary?.revision ?? ""),
     },
     h("span.task-title", {}, task.title),
     pending ? questionIcon() : null));
@@ -265,9 +265,10 @@ function renderQuestionFields(state, clarificationId, questions, prefix) {
           h("input", { type: "radio", name, value: o.option_id, checked: (d.selected ?? []).includes(o.option_id),
             "data-action": "choose", "data-clarification-id": clarificationId, "data-question-id": q.question_id }),
           h("span", {}, o.label, o.description ? h("small", {}, ` ${o.description}`) : null)))),
-      h("label.custom", { for: `${name}-custom` }, "Or write your own answer"),
-      h("input", { id: `${name}-custom`, type: "text", value: d.custom ?? "", autocomplete: "off",
-        "data-action": "custom", "data-clarification-id": clarificationId, "data-question-id": q.question_id }));
+      h("div.custom-row", {},
+        h("label", { for: `${name}-custom` }, "Other answer"),
+        h("input", { id: `${name}-custom`, type: "text", value: d.custom ?? "", autocomplete: "off", placeholder: "Write your own",
+          "data-action": "custom", "data-clarification-id": clarificationId, "data-question-id": q.question_id })));
   });
 }
 

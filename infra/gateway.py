@@ -1,0 +1,48 @@
+"""API Gateway responses in the API's error envelope, matching scripts/local/api_server.py.
+
+Responses API Gateway produces itself (authorizer denial, unknown route, throttling) never reach the app,
+so without these a client would see `{"message": ...}` in AWS and the envelope locally.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from chalicelib.api.errors import envelope
+
+# The gateway's own text, already a quoted JSON string in the mapping template language.
+GATEWAY_MESSAGE = "$context.error.messageString"
+
+
+def _body(code: str, message: str | None, retryable: bool) -> str:
+    if message is not None:
+        return json.dumps(envelope(code, message, retryable=retryable), separators=(",", ":"))
+    marker = "__message__"
+    text = json.dumps(envelope(code, marker, retryable=retryable), separators=(",", ":"))
+    return text.replace(json.dumps(marker), GATEWAY_MESSAGE)
+
+
+def _response(status: int | None, code: str, message: str | None, retryable: bool = False) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "responseParameters": {"gatewayresponse.header.Cache-Control": "'no-store'"},
+        "responseTemplates": {"application/json": _body(code, message, retryable)},
+    }
+    if status is not None:  # None keeps the gateway's own status (the DEFAULT_* families)
+        response["statusCode"] = str(status)  # the extension's statusCode is a string
+    return response
+
+
+def gateway_responses() -> dict[str, Any]:
+    """The `x-amazon-apigateway-gateway-responses` extension for the REST API definition."""
+    unauthorized = _response(401, "unauthorized", "a valid bearer token is required")
+    return {
+        # The authorizer denied the token (Chalice returns an empty policy) -> 401, like a missing token.
+        "ACCESS_DENIED": unauthorized,
+        "UNAUTHORIZED": unauthorized,
+        # API Gateway's answer to an unknown path or method.
+        "MISSING_AUTHENTICATION_TOKEN": _response(404, "not_found", "no such route"),
+        "THROTTLED": _response(None, "throttled", None, retryable=True),
+        "INTEGRATION_TIMEOUT": _response(None, "timeout", None, retryable=True),
+        "DEFAULT_4XX": _response(None, "bad_request", None),
+        "DEFAULT_5XX": _response(None, "gateway_error", None, retryable=True),
+    }
