@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 from chalice import AuthResponse, Chalice, Rate
 
@@ -31,6 +31,9 @@ from chalicelib.services.deps import Deps
 app = Chalice(app_name="clarify")
 api = Api(app)
 V1 = "/api/v1"
+# Bodies are parsed as JSON whatever their declared type, so a wrong or missing Content-Type gets our 400
+# envelope naming the body instead of the framework's own 415.
+ANY_BODY = cast("list[str]", [])  # chalice package analyses this module: keep builtins out of annotations
 STREAM_PLACEHOLDER = "arn:aws:dynamodb:us-east-1:000000000000:table/{table}/stream/placeholder"
 
 
@@ -72,7 +75,8 @@ def web_file(name: str) -> Any:
 
 
 # ------------------------------------------------------------------ tasks
-@app.route(V1 + "/tasks", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/tasks",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def create_task(d: Deps, caller: Caller) -> tuple[int, Any]:
     return 201, views.task_view(tasks.create_task(d, caller, api.body()))
@@ -91,7 +95,8 @@ def get_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
 
 
 # ------------------------------------------------------------------ sessions
-@app.route(V1 + "/tasks/{task_id}/sessions", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/tasks/{task_id}/sessions",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def create_session(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
     created = sessions.create_session(d, caller, task_id, api.body())
@@ -113,13 +118,15 @@ def get_session(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     return 200, views.session_view(sessions.get_session(d, caller, session_id))
 
 
-@app.route(V1 + "/sessions/{session_id}/cancel", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/sessions/{session_id}/cancel",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def cancel_session(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     return 200, views.session_view(sessions.cancel_session(d, caller, session_id))
 
 
-@app.route(V1 + "/sessions/{session_id}/messages", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/sessions/{session_id}/messages",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     admission = messages.send_message(d, caller, session_id, api.body())
@@ -140,7 +147,8 @@ def delete_message(d: Deps, caller: Caller, session_id: str, message_id: str) ->
     return 204, None
 
 
-@app.route(V1 + "/tasks/{task_id}/workflow/transition", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/tasks/{task_id}/workflow/transition",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def workflow_transition(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
     return 200, views.task_view(workflow.transition(d, caller, task_id, api.body()))
@@ -153,14 +161,16 @@ def turns(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
 
 
 # ------------------------------------------------------------------ responses
-@app.route(V1 + "/clarifications/{clarification_id}/respond", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/clarifications/{clarification_id}/respond",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def respond(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
     result = responses.respond(d, caller, clarification_id, api.body(), api.header("Idempotency-Key"))
     return 200, result.as_dict()
 
 
-@app.route(V1 + "/clarifications/{clarification_id}/dismiss", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/clarifications/{clarification_id}/dismiss",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def dismiss(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
     return 200, responses.dismiss(d, caller, clarification_id)
@@ -181,13 +191,15 @@ def _event(e: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ agent routes
-@app.route(V1 + "/agent/sessions/{session_id}/frames", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/agent/sessions/{session_id}/frames",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def post_frames(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     return 200, vars(frames.apply_frames(d, caller, session_id, api.body()))
 
 
-@app.route(V1 + "/agent/sessions/{session_id}/clarifications", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/agent/sessions/{session_id}/clarifications",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def ask(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     bundle = clarifications.ask(d, caller, session_id, api.body())
@@ -203,19 +215,22 @@ def wait(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
     return responses.wait(d, caller, clarification_id, timeout)
 
 
-@app.route(V1 + "/agent/clarifications/{clarification_id}/confirm", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/agent/clarifications/{clarification_id}/confirm",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def confirm(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
     return 200, responses.confirm(d, caller, clarification_id, api.body())
 
 
-@app.route(V1 + "/agent/clarifications/{clarification_id}/detach", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/agent/clarifications/{clarification_id}/detach",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def detach(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
     return 200, {"detached_question_ids": clarifications.detach(d, caller, clarification_id)}
 
 
-@app.route(V1 + "/agent/clarifications/{clarification_id}/cancel", methods=["POST"], authorizer=bearer)
+@app.route(V1 + "/agent/clarifications/{clarification_id}/cancel",
+           methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def cancel_clarification(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
     rows = clarifications.cancel(d, caller, clarification_id)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from chalice import BadRequestError, Chalice, Response
+from chalice import Chalice, Response
 
 from ..auth.tokens import Caller
 from ..bootstrap import deps
@@ -39,13 +39,17 @@ class Api:
         return request
 
     def body(self) -> Any:
-        request = self.request
-        if not request.raw_body:
+        """The JSON body, or None when there is none. JSON `null` is not a body object."""
+        raw = self.request.raw_body
+        if not raw:
             return None
         try:
-            return request.json_body
-        except BadRequestError:
+            parsed = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
             raise ValidationError("body", "the request body is not valid JSON") from None
+        if parsed is None:
+            raise ValidationError("body", "the request body must be a JSON object")
+        return parsed
 
     def query(self, name: str) -> str | None:
         params = self.request.query_params or {}

@@ -61,10 +61,9 @@ def integer(raw: str | None, name: str, *, default: int, low: int, high: int) ->
     """A query-string integer within [low, high]."""
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError(name, f"{name} must be an integer") from None
+    if not raw.isascii() or not raw.lstrip("-").isdigit():
+        raise ValidationError(name, f"{name} must be an integer")
+    value = int(raw)
     if not low <= value <= high:
         raise ValidationError(name, f"{name} must be between {low} and {high}")
     return value

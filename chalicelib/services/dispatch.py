@@ -10,7 +10,7 @@ import logging
 
 from ..agentctl.client import AgentctlAmbiguous, PromptOutcome, PromptRequest
 from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed
-from ..domain.model import Dispatch, Prompt, Session, State
+from ..domain.model import Dispatch, Prompt, Session
 from .deps import Deps
 
 log = logging.getLogger(__name__)
@@ -36,22 +36,22 @@ def dispatch_prompt(deps: Deps, session: Session, prompt: Prompt) -> Session:
     if outcome is PromptOutcome.ACCEPTED:
         return store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.ATTEMPTED, to=Dispatch.ACCEPTED,
                                   at=deps.now(), deadline=None)
-    session = store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.ATTEMPTED, to=Dispatch.REJECTED,
-                                 at=deps.now(), deadline=None)
-    _close_rejected_turn(deps, session, prompt)
+    settle(deps, session.id, prompt, Dispatch.REJECTED)
     raise DispatchFailed("the agent did not accept the prompt; the session is idle again")
 
 
-def _close_rejected_turn(deps: Deps, session: Session, prompt: Prompt) -> None:
+def settle(deps: Deps, session_id: str, prompt: Prompt, to: Dispatch) -> Session:
+    """Record a final dispatch state and, in the same write, close the prompt's turn if it is still open and
+    RUNNING (nothing else will: the agent refused it, or nobody knows whether it has it)."""
     try:
-        deps.store.complete_turn(session.id, prompt.turn_id, from_state=State.RUNNING, to_state=State.IDLE,
-                                 at=deps.now())
-    except ConditionFailed:
-        pass  # the turn already moved on (agent frames, cancellation): nothing to close
+        return deps.store.set_dispatch(session_id, prompt.message_id, expect=Dispatch.ATTEMPTED, to=to,
+                                       at=deps.now(), deadline=None, close_turn_id=prompt.turn_id)
+    except ConditionFailed:  # the turn moved on (agent frames, cancellation): record the outcome alone
+        return deps.store.set_dispatch(session_id, prompt.message_id, expect=Dispatch.ATTEMPTED, to=to,
+                                       at=deps.now(), deadline=None)
 
 
 def retire_ambiguous(deps: Deps, session: Session) -> Session:
-    """An attempted prompt past its owner deadline: keep it, leave the reconciler index, never resend."""
+    """An attempted prompt past its owner deadline: never resend it, and do not strand its turn."""
     assert session.prompt is not None
-    return deps.store.set_dispatch(session.id, session.prompt.message_id, expect=Dispatch.ATTEMPTED,
-                                   to=Dispatch.ATTEMPTED, at=deps.now(), deadline=None)
+    return settle(deps, session.id, session.prompt, Dispatch.ATTEMPTED)

@@ -11,8 +11,11 @@ from .deps import Deps
 log = logging.getLogger(__name__)
 
 # Private prompt-dispatch and recovery fields: never in a public event.
-PRIVATE_FIELDS = frozenset({"prompt", "agent_token", "recon_due", "recon_shard", "reservation", "dispatch",
-                            "deadline", "client_message_id", "delivery", "delivery_pending", "recovery"})
+# ("prompt" is not among them: a question's prompt text is public; the aggregate's prompt slot never
+# reaches a payload because payloads are built from views.)
+PRIVATE_FIELDS = frozenset({"agent_token", "recon_due", "recon_shard", "reservation", "dispatch", "deadline",
+                            "client_message_id", "delivery", "delivery_pending", "recovery", "idempotency_key",
+                            "fingerprint", "watchdog", "queue", "prompt_generation", "execution_id"})
 
 
 def public(payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ..domain.errors import (
     ClarificationActive,
     ClarificationInactive,
     ConditionFailed,
+    DispatchFailed,
     DomainError,
     IdempotencyMismatch,
     SessionUnavailable,
@@ -69,14 +70,14 @@ def send_message(deps: Deps, caller: Caller, session_id: str, body: Any) -> Admi
     key = f"message:{session.id}:{client_message_id}"
     remembered = deps.store.get_remembered(key)
     if remembered is not None:
-        return _replay(remembered, fingerprint)
+        return _replay(remembered, fingerprint, session)
     try:
         return admit_message(deps, caller, session, client_message_id=client_message_id, content=content or "",
                              delivery=delivery, late=late, remember=(key, fingerprint))
     except AlreadyRemembered:  # a concurrent retry of the same message won the admission
         remembered = deps.store.get_remembered(key)
         assert remembered is not None
-        return _replay(remembered, fingerprint)
+        return _replay(remembered, fingerprint, deps.store.get_session(session.id) or session)
 
 
 def _late(session: Session, reply: Mapping[str, Any]) -> LateAnswer:
@@ -93,13 +94,18 @@ def _late(session: Session, reply: Mapping[str, Any]) -> LateAnswer:
     return late_answer(bundle, reply)
 
 
-def _replay(remembered: Remembered, fingerprint: str) -> Admission:
+def _replay(remembered: Remembered, fingerprint: str, session: Session) -> Admission:
+    """The original outcome. The aggregate outranks the record: a crash may have kept the record from
+    learning that the agent refused this very prompt."""
     if remembered.fingerprint != fingerprint:
         raise IdempotencyMismatch("this client_message_id was used with a different message")
     r = remembered.response
     if remembered.status_code >= 400:
         error = dict(r.get("error", {}))
         raise _RememberedError(remembered.status_code, error)
+    p = session.prompt
+    if p is not None and p.message_id == r.get("message_id") and p.dispatch == Dispatch.REJECTED:
+        raise DispatchFailed("the agent did not accept this message", message_id=p.message_id)
     return Admission(str(r["message_id"]), str(r["admission"]), r.get("turn_id"), replayed=True)
 
 

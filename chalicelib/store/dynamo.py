@@ -181,7 +181,7 @@ class DynamoStore:
         return self._update(session_id, e)
 
     def set_dispatch(self, session_id: str, message_id: str, *, expect: Dispatch, to: Dispatch,
-                     at: str, deadline: str | None) -> Session:
+                     at: str, deadline: str | None, close_turn_id: str | None = None) -> Session:
         e = Expr()
         # Only the prompt the caller handled, and only from the state it expects (at-most-once markers).
         e.cond(f"{e.path('prompt', 'message_id')} = {e.value(message_id)}")
@@ -191,6 +191,12 @@ class DynamoStore:
             e.set(e.path("prompt", "deadline"), deadline)
         else:
             e.remove(e.path("prompt", "deadline"))
+        if close_turn_id is not None:
+            e.cond(f"{e.path('current_turn', 'id')} = {e.value(close_turn_id)}")
+            e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
+            e.cond(f"{e.path('state')} = {e.value(State.RUNNING.value)}")
+            e.set(e.path("current_turn", "completed_at"), at)
+            e.set(e.path("state"), State.IDLE.value)
         _set_deadline(e, deadline)
         _touch(e, at)
         return self._update(session_id, e)

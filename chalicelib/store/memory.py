@@ -110,14 +110,21 @@ class MemoryStore:
         return self._update(session_id, cond, change, at)
 
     def set_dispatch(self, session_id: str, message_id: str, *, expect: Dispatch, to: Dispatch,
-                     at: str, deadline: str | None) -> Session:
+                     at: str, deadline: str | None, close_turn_id: str | None = None) -> Session:
         def cond(s: Session) -> bool:
-            return s.prompt is not None and s.prompt.message_id == message_id and s.prompt.dispatch == expect
+            ok = s.prompt is not None and s.prompt.message_id == message_id and s.prompt.dispatch == expect
+            if ok and close_turn_id is not None:
+                t = s.current_turn
+                ok = t is not None and t.id == close_turn_id and t.open and s.state == State.RUNNING
+            return ok
 
         def change(s: Session) -> Session:
             prompt = s.prompt
             assert prompt is not None
-            return replace(self._deadline(s, deadline), prompt=replace(prompt, dispatch=to, deadline=deadline))
+            s = replace(self._deadline(s, deadline), prompt=replace(prompt, dispatch=to, deadline=deadline))
+            if close_turn_id is not None and s.current_turn is not None:
+                s = replace(s, current_turn=replace(s.current_turn, completed_at=at), state=State.IDLE)
+            return s
         return self._update(session_id, cond, change, at)
 
     def complete_turn(self, session_id: str, turn_id: str, *, from_state: State, to_state: State,

@@ -60,8 +60,9 @@ class Store(Protocol):
         ...
 
     def set_dispatch(self, session_id: str, message_id: str, *, expect: Dispatch, to: Dispatch,
-                     at: str, deadline: str | None) -> Session:
-        """Advance the latest prompt's dispatch state; `deadline` None leaves the reconciler index."""
+                     at: str, deadline: str | None, close_turn_id: str | None = None) -> Session:
+        """Advance the latest prompt's dispatch state. With `close_turn_id`, the same write completes that
+        (open, RUNNING) turn and makes the session IDLE: a refused or lost prompt never strands a turn."""
         ...
 
     def complete_turn(self, session_id: str, turn_id: str, *, from_state: State, to_state: State,

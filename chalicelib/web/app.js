@@ -56,7 +56,13 @@ function render(then) {
   renderQueued = true;
   queueMicrotask(() => {
     renderQueued = false;
+    const log = document.getElementById("transcript");
+    const pinned = !log || log.scrollHeight - log.scrollTop - log.clientHeight < 48;
+    const shown = log?.dataset.session;
     morphdom(root, renderApp(state));
+    const next = document.getElementById("transcript");
+    // Follow new messages while the reader is at the bottom (and on opening a session); never yank them back.
+    if (next && (pinned || next.dataset.session !== shown)) next.scrollTop = next.scrollHeight;
     const pending = afterRender;
     afterRender = [];
     for (const fn of pending) fn();

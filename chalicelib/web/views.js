@@ -189,7 +189,7 @@ function renderSessionRoute(state) {
         : null,
       session ? h("span.state", { "aria-label": `Session state ${session.state}` }, session.state) : null),
     transcript
-      ? h("ol.transcript#transcript", { role: "log", "aria-label": "Transcript", "aria-live": "polite" },
+      ? h("ol.transcript#transcript", { role: "log", "aria-label": "Transcript", "aria-live": "polite", "data-session": sessionId },
         transcript.messages.map((m) => renderMessage(state, m)))
       : h("p.muted", {}, state.transcriptError ?? "Loading the transcript…"),
     showOverlay ? renderOverlay(state, bundle, surface) : renderComposer(state, session));
@@ -206,16 +206,18 @@ function renderMessage(state, m) {
 function renderClarificationEntry(state, entry) {
   const surface = state.surfaces.get(entry.clarification_id);
   const lateOpen = state.lateOpen.has(entry.clarification_id) && offersLateAnswer(entry);
-  const lateActive = surface && [Phase.LATE_READY, Phase.LATE_SENDING, Phase.LATE_DONE, Phase.LATE_FAILED, Phase.LATE_UNKNOWN].includes(surface.phase);
+  const lateActive = surface && [Phase.LATE_READY, Phase.LATE_SENDING, Phase.LATE_DONE, Phase.LATE_FAILED, Phase.LATE_UNKNOWN,
+    Phase.DISMISSED].includes(surface.phase);
+  const showSurface = surface && !(surface.phase === Phase.DISMISSED && entry.dismissed);
   return h(`li.clar.${entry.answerable ? "active" : "inactive"}`, { id: `entry-${entry.clarification_id}`,
     "data-clarification-id": entry.clarification_id, "data-state": entry.state, "aria-label": "Question from the agent" },
   h("div.clar-head", {}, questionIcon("Question"), h("span.who", {}, "Agent asked"),
     h("span.clar-state", {}, entry.state.replaceAll("_", " "))),
   h("ul.clar-questions", {}, entry.questions.map((q) =>
     h("li", {}, h("strong", {}, q.title || "Question"), " ", h("span", {}, q.prompt),
-      q.response ? h("div.answer", {}, "Answer: ", responseText(q)) : null))),
+      q.response ? h(`div.answer${q.response.rejected ? ".rejected" : ""}`, {}, "Answer: ", responseText(q)) : null))),
   h("p.clar-status", {}, entryStatusText(entry)),
-  surface ? renderSurfaceStatus(surface) : null,
+  showSurface ? renderSurfaceStatus(surface) : null,
   lateOpen ? renderLateForm(state, entry, surface) : null,
   offersLateAnswer(entry) && !lateOpen && !lateActive
     ? h("div.actions", {},
@@ -237,9 +239,12 @@ function renderSurfaceStatus(surface) {
   if (p === Phase.LATE_FAILED || p === Phase.LATE_UNKNOWN) {
     return h("div.surface.error", { role: "alert" },
       h("p", {}, p === Phase.LATE_UNKNOWN ? "Not confirmed. " : "Not sent. ", surface.error ?? "", " Your answer is kept."),
-      (p === Phase.LATE_UNKNOWN || surface.retryable)
-        ? h("button", { type: "button", "data-action": "retry-late", "data-clarification-id": surface.clarificationId }, "Retry")
-        : null);
+      h("div.actions", {},
+        (p === Phase.LATE_UNKNOWN || surface.retryable)
+          ? h("button", { type: "button", "data-action": "retry-late", "data-clarification-id": surface.clarificationId }, "Retry")
+          : null,
+        h("button", { type: "button", "data-action": "dismiss", "data-clarification-id": surface.clarificationId,
+          "aria-label": "Dismiss this question (sends nothing)" }, "Dismiss")));
   }
   if (p === Phase.LOST) {
     const winner = surface.winner?.status === "rejected" ? "skipped" : "answered";

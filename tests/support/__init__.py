@@ -1,0 +1,1 @@
+"""Test support: deterministic fakes and the crash-point harness's store proxy."""

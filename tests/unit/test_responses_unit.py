@@ -1,0 +1,852 @@
+"""Answering a clarification at the service layer (issue 4) over the in-memory store.
+
+The agent runtime is a scripted fake, the clock is fixed and moves only when a test (or an injected
+`sleep`) moves it, and everything the responder does while it "waits" runs from that injected sleep, so
+each interleaving below is exact. Scenario tags (C1, C5, L2, R3 ...) refer to reference/kandev-scenarios.md.
+"""
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from chalicelib.agentctl.client import AgentctlAmbiguous, CancelRequest, PromptOutcome, PromptRequest
+from chalicelib.auth.tokens import Caller
+from chalicelib.domain.errors import (
+    ClarificationActive,
+    ClarificationInactive,
+    DispatchAmbiguous,
+    DispatchFailed,
+    IdempotencyMismatch,
+    StoreUnavailable,
+    ValidationError,
+)
+from chalicelib.domain.model import Bundle, Dispatch, Session, State
+from chalicelib.functions.reconciler import reconcile
+from chalicelib.services import clarifications, frames, messages, responses, sessions, tasks
+from chalicelib.services.deps import Deps, Settings, iso
+from chalicelib.store.memory import MemoryStore
+
+START = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+USER = Caller(sub="user-1", role="user", workspace_id="ws-1")
+OTHER_DEVICE_USER = Caller(sub="user-2", role="user", workspace_id="ws-1")
+QUESTIONS: list[dict[str, Any]] = [
+    {"question_id": "q1", "title": "Database", "prompt": "Which database?",
+     "options": [{"option_id": "pg", "label": "Postgres"}, {"option_id": "my", "label": "MySQL"}]},
+    {"question_id": "q2", "title": "Cache", "prompt": "Which cache?",
+     "options": [{"option_id": "redis", "label": "Redis"}, {"option_id": "none", "label": "No cache"}]},
+]
+ANSWER = {"answers": [{"question_id": "q1", "selected_options": ["pg"]},
+                      {"question_id": "q2", "selected_options": ["redis"], "custom_text": "v7"}]}
+OTHER_ANSWER = {"answers": [{"question_id": "q1", "selected_options": ["my"]},
+                            {"question_id": "q2", "selected_options": ["none"]}]}
+SKIP = {"rejected": True, "reject_reason": "not now"}
+
+
+# ====================================================================== the world
+class StoreFault(Exception):
+    pass
+
+
+class HookedStore(MemoryStore):
+    """MemoryStore whose named operations can run a hook first (a concurrent writer) or fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before: dict[str, Callable[[], None]] = {}
+        self.fail: set[str] = set()
+
+    def _hook(self, name: str) -> None:
+        hook = self.before.pop(name, None)
+        if hook is not None:
+            hook()
+        if name in self.fail:
+            raise StoreUnavailable(f"{name} failed")
+
+    def restore_claim(self, *args: Any, **kwargs: Any) -> Session:
+        self._hook("restore_claim")
+        return super().restore_claim(*args, **kwargs)
+
+    def mark_attempted(self, *args: Any, **kwargs: Any) -> Session:
+        self._hook("mark_attempted")
+        return super().mark_attempted(*args, **kwargs)
+
+    def finish_reservation(self, *args: Any, **kwargs: Any) -> Session:
+        self._hook("finish_reservation")
+        return super().finish_reservation(*args, **kwargs)
+
+    def admit_watchdog_prompt(self, *args: Any, **kwargs: Any) -> Session:
+        self._hook("admit_watchdog_prompt")
+        return super().admit_watchdog_prompt(*args, **kwargs)
+
+
+@dataclass
+class FakeAgentctl:
+    """Answers prompts as scripted ("accept", "reject", "ambiguous") and records what it saw."""
+
+    store: MemoryStore
+    outcomes: list[str] = field(default_factory=list)
+    prompts: list[PromptRequest] = field(default_factory=list)
+    seen: list[tuple[Dispatch | None, str | None]] = field(default_factory=list)  # (dispatch, turn) at the call
+    cancels: list[CancelRequest] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  # "prompt" / "cancel", in order
+    on_cancel: Callable[[CancelRequest], None] | None = None  # what the agent runtime does on a cancel
+
+    def prompt(self, request: PromptRequest) -> PromptOutcome:
+        self.prompts.append(request)
+        self.calls.append("prompt")
+        stored = self.store.get_session(request.session_id)
+        assert stored is not None
+        self.seen.append((stored.prompt.dispatch if stored.prompt else None,
+                          stored.current_turn.id if stored.current_turn else None))
+        outcome = self.outcomes.pop(0) if self.outcomes else "accept"
+        if outcome == "ambiguous":
+            raise AgentctlAmbiguous("read timeout after the request was sent")
+        return PromptOutcome.ACCEPTED if outcome == "accept" else PromptOutcome.REJECTED
+
+    def cancel(self, request: CancelRequest) -> None:
+        self.cancels.append(request)
+        self.calls.append("cancel")
+        hook, self.on_cancel = self.on_cancel, None
+        if hook is not None:
+            hook(request)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class Sleeper:
+    """The injected sleep: advances the clock and runs what the test scheduled for the Nth sleep."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.calls = 0
+        self.slept = 0.0
+        self.actions: dict[int, Callable[[], None]] = {}
+
+    def at(self, call: int, action: Callable[[], None]) -> None:
+        self.actions[call] = action
+
+    def __call__(self, seconds: float) -> None:
+        self.calls += 1
+        self.slept += seconds
+        self.clock.advance(seconds)
+        action = self.actions.pop(self.calls, None)
+        if action is not None:
+            action()
+
+
+@dataclass
+class World:
+    deps: Deps
+    store: HookedStore
+    agent: FakeAgentctl
+    clock: Clock
+    sleeper: Sleeper
+    received: list[dict[str, Any]] = field(default_factory=list)  # what the live waiter took
+
+    # ------------------------------------------------------------------ set-up through the services
+    def session(self, prompt: str | None = "start") -> Session:
+        task = tasks.create_task(self.deps, USER, {"title": "Refactor"})
+        body = {"prompt": prompt} if prompt else {}
+        return sessions.create_session(self.deps, USER, task.id, body).session
+
+    def caller(self, session_id: str) -> Caller:
+        return Caller(sub=f"agent:{session_id}", role="agent", workspace_id="ws-1", session_id=session_id)
+
+    def ask(self, session_id: str, questions: list[dict[str, Any]] | None = None) -> str:
+        bundle = clarifications.ask(self.deps, self.caller(session_id), session_id,
+                                    {"questions": questions or QUESTIONS})
+        return bundle.id
+
+    def waiting(self) -> tuple[str, str]:
+        """(session, bundle): two questions pending, live, in the open first turn."""
+        s = self.session()
+        return s.id, self.ask(s.id)
+
+    def detached(self) -> tuple[str, str]:
+        sid, cid = self.waiting()
+        clarifications.detach(self.deps, self.caller(sid), cid)
+        return sid, cid
+
+    def respond(self, cid: str, body: Any, key: str | None = None, caller: Caller = USER) -> responses.Responded:
+        return responses.respond(self.deps, caller, cid, body, key)
+
+    def wait(self, cid: str, timeout: int = 0) -> tuple[int, dict[str, Any]]:
+        return responses.wait(self.deps, self.caller(sid_of(cid)), cid, timeout)
+
+    def confirm(self, cid: str, delivery_id: str) -> dict[str, Any]:
+        return responses.confirm(self.deps, self.caller(sid_of(cid)), cid, {"delivery_id": delivery_id})
+
+    def agent_confirms(self, cid: str) -> Callable[[], None]:
+        """The live waiter's whole job: take the claim from its long-poll, confirm it durably."""
+        def run() -> None:
+            status, body = self.wait(cid)
+            assert status == 200 and body["delivery_id"], body
+            self.received.append(body)
+            self.confirm(cid, body["delivery_id"])
+        return run
+
+    def frame(self, session_id: str, kind: str, **extra: Any) -> None:
+        s = self.get(session_id)
+        turn = s.current_turn
+        body = {"type": kind, "execution_id": s.execution_id, "prompt_generation": s.generation,
+                "turn_id": turn.id if turn else None, **extra}
+        frames.apply_frames(self.deps, self.caller(session_id), session_id, {"frames": [body]})
+
+    def send(self, session_id: str, content: str, cmid: str) -> messages.Admission:
+        return messages.send_message(self.deps, USER, session_id, {"client_message_id": cmid, "content": content})
+
+    # ------------------------------------------------------------------ reading
+    def get(self, session_id: str) -> Session:
+        found = self.store.get_session(session_id)
+        assert found is not None
+        return found
+
+    def bundle(self, cid: str) -> Bundle:
+        found = self.get(sid_of(cid)).bundle(cid)
+        assert found is not None
+        return found
+
+    def rows(self, cid: str) -> dict[str, tuple[str, bool, Any]]:
+        return {r.question.question_id: (r.status, r.agent_disconnected, r.response) for r in self.bundle(cid).rows}
+
+    def set_row(self, cid: str, question_id: str, **changes: Any) -> None:
+        """Write a row as an earlier (historical, per-row) writer left it."""
+        s = self.get(sid_of(cid))
+        bundles = tuple(replace(b, rows=tuple(replace(r, **changes) if r.question.question_id == question_id
+                                              else r for r in b.rows)) if b.id == cid else b
+                        for b in s.bundles)
+        self.store.sessions[s.id] = replace(s, bundles=bundles)
+
+
+def sid_of(cid: str) -> str:
+    return cid.split(".", 1)[0]
+
+
+def make_world() -> World:
+    store = HookedStore()
+    agent = FakeAgentctl(store)
+    clock = Clock()
+    sleeper = Sleeper(clock)
+    counter = itertools.count(1)
+    deps = Deps(store=store, agentctl=agent, clock=clock, new_id=lambda: f"id{next(counter)}",
+                agent_token=lambda ws, sid: f"agent-token:{ws}:{sid}",
+                settings=Settings(deployment_id=f"unit-{uuid.uuid4().hex}"), sleep=sleeper)
+    return World(deps, store, agent, clock, sleeper)
+
+
+@pytest.fixture
+def w() -> World:
+    return make_world()
+
+
+def _answer_prompts(w: World) -> list[PromptRequest]:
+    return [p for p in w.agent.prompts if "Which database?" in p.text]
+
+
+# ====================================================================== validation comes first
+BAD_BODIES: list[tuple[str, Any, str]] = [
+    ("not an object", None, "body"),
+    ("no answers", {}, "answers"),
+    ("empty answers", {"answers": []}, "answers"),
+    ("a pending row unanswered", {"answers": ANSWER["answers"][:1]}, "answers"),
+    ("a row answered twice", {"answers": [*ANSWER["answers"], ANSWER["answers"][0]]}, "answers[2].question_id"),
+    ("unknown question", {"answers": [{"question_id": "q9", "selected_options": ["pg"]}]}, "answers[0].question_id"),
+    ("unknown option", {"answers": [{"question_id": "q1", "selected_options": ["oracle"]},
+                                    ANSWER["answers"][1]]}, "answers[0].selected_options"),
+    ("option of the other question", {"answers": [{"question_id": "q1", "selected_options": ["redis"]},
+                                                  ANSWER["answers"][1]]}, "answers[0].selected_options"),
+    ("options not a list", {"answers": [{"question_id": "q1", "selected_options": "pg"},
+                                        ANSWER["answers"][1]]}, "answers[0].selected_options"),
+    ("neither option nor text", {"answers": [{"question_id": "q1", "selected_options": []},
+                                             ANSWER["answers"][1]]}, "answers[0]"),
+    ("text over the cap once the trailing space counts", {"answers": [
+        ANSWER["answers"][0], {"question_id": "q2", "custom_text": "x" * 2000 + " "}]}, "answers[1].custom_text"),
+    ("text not a string", {"answers": [ANSWER["answers"][0], {"question_id": "q2", "custom_text": 7}]},
+     "answers[1].custom_text"),
+    ("rejection carrying answers", {"rejected": True, **ANSWER}, "answers"),
+    ("rejected not a boolean", {"rejected": "yes"}, "rejected"),
+    ("reject reason over the cap", {"rejected": True, "reject_reason": "r" * 2001}, "reject_reason"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), [b[1:] for b in BAD_BODIES], ids=[b[0] for b in BAD_BODIES])
+def test_respond__invalid_body__validation_error_naming_the_field_and_nothing_written(
+        w: World, body: Any, field: str) -> None:
+    _, cid = w.waiting()
+    writes, prompts = w.store.writes, len(w.agent.prompts)
+
+    with pytest.raises(ValidationError) as err:
+        w.respond(cid, body)
+
+    assert err.value.field == field
+    assert w.store.writes == writes and len(w.agent.prompts) == prompts and w.sleeper.calls == 0
+    assert w.bundle(cid).delivery is None
+
+
+def test_respond__bad_idempotency_key__validation_error_and_nothing_written(w: World) -> None:
+    _, cid = w.waiting()
+    writes = w.store.writes
+    with pytest.raises(ValidationError) as err:
+        w.respond(cid, ANSWER, key="has spaces")
+    assert err.value.field == "Idempotency-Key" and w.store.writes == writes
+
+
+def test_respond__malformed_answer_to_an_answered_bundle__validation_error_not_the_winner(w: World) -> None:
+    """C6: validation runs before the loser branch, so a malformed request never reads as accepted."""
+    _, cid = w.detached()
+    w.respond(cid, ANSWER)
+    writes = w.store.writes
+
+    with pytest.raises(ValidationError) as err:
+        w.respond(cid, {"answers": [{"question_id": "q1", "selected_options": ["oracle"]}]})
+
+    assert err.value.field == "answers[0].selected_options" and w.store.writes == writes
+
+
+def test_respond__text_exactly_at_the_cap__accepted_and_stored_trimmed(w: World) -> None:
+    _, cid = w.detached()
+    text = "  " + "y" * 1996 + "  "
+    w.respond(cid, {"answers": [ANSWER["answers"][0], {"question_id": "q2", "custom_text": text}]})
+    assert w.rows(cid)["q2"][2] == {"question_id": "q2", "selected_options": [], "custom_text": "y" * 1996}
+
+
+def test_respond__answers_and_options_in_another_order__claim_stores_the_normalised_form(w: World) -> None:
+    _, cid = w.detached()
+    w.respond(cid, {"answers": [{"question_id": "q2", "selected_options": ["none", "redis", "none"]},
+                                {"question_id": "q1", "selected_options": ["my", "pg"]}]})
+    bundle = w.bundle(cid)
+    assert [r.response for r in bundle.rows] == [
+        {"question_id": "q1", "selected_options": ["pg", "my"], "custom_text": ""},
+        {"question_id": "q2", "selected_options": ["redis", "none"], "custom_text": ""}]
+    assert bundle.delivery is not None and bundle.delivery.row_ids == ("q1", "q2")
+
+
+# ====================================================================== live delivery
+def test_respond__live_waiter_confirms__one_claim_write_then_live_with_watchdog_armed(w: World) -> None:
+    sid, cid = w.waiting()
+    before = w.get(sid)
+    w.sleeper.at(1, w.agent_confirms(cid))
+
+    result = w.respond(cid, ANSWER)
+
+    assert result.as_dict() == {"clarification_id": cid, "status": "answered", "delivery": "live"}
+    assert w.received[0]["state"] == "answered" and w.received[0]["response"]["answers"] == [
+        {"question_id": "q1", "selected_options": ["pg"], "custom_text": ""},
+        {"question_id": "q2", "selected_options": ["redis"], "custom_text": "v7"}]
+    bundle = w.bundle(cid)
+    assert [r.status for r in bundle.rows] == ["answered", "answered"]
+    assert bundle.delivery is not None and bundle.delivery.mode == "live"
+    assert bundle.delivery.result == "live" and not bundle.delivery.pending
+    after = w.get(sid)
+    assert after.current_turn == before.current_turn and w.agent.prompts[1:] == []  # no prompt: it was live
+    assert after.watchdog is not None and after.watchdog.turn_id == before.current_turn.id  # type: ignore[union-attr]
+
+
+def test_respond__claim__rows_outcome_and_delivery_intent_in_one_write(w: World) -> None:
+    sid, cid = w.waiting()
+    versions: list[Session] = []
+    w.sleeper.at(1, lambda: versions.append(w.get(sid)))
+    w.sleeper.at(2, w.agent_confirms(cid))
+    version = w.get(sid).version
+
+    w.respond(cid, ANSWER)
+
+    claimed = versions[0]
+    assert claimed.version == version + 1  # the claim is exactly one write
+    bundle = claimed.bundle(cid)
+    assert bundle is not None and [r.status for r in bundle.rows] == ["answered", "answered"]
+    assert bundle.delivery is not None and bundle.delivery.pending and bundle.delivery.row_ids == ("q1", "q2")
+
+
+def test_wait__claim_unconfirmed__answer_with_delivery_id_and_nothing_confirmed_yet(w: World) -> None:
+    _, cid = w.waiting()
+    seen: list[tuple[int, dict[str, Any]]] = []
+    w.sleeper.at(1, lambda: seen.append(w.wait(cid)))
+    w.sleeper.at(2, w.agent_confirms(cid))
+
+    w.respond(cid, ANSWER)
+
+    status, body = seen[0]
+    assert status == 200 and body["state"] == "answered" and body["delivery_id"]
+    assert body["delivery_id"] == w.bundle(cid).delivery.delivery_id  # type: ignore[union-attr]
+
+
+def test_wait__nothing_answered__pending_after_its_timeout(w: World) -> None:
+    _, cid = w.waiting()
+    assert w.wait(cid, timeout=1) == (200, {"state": "pending"})
+    assert 1.0 <= w.sleeper.slept <= 1.0 + w.deps.settings.poll_interval + 1e-6  # bounded by the timeout
+
+
+def test_wait__each_poll__renews_the_waiter_lease(w: World) -> None:
+    _, cid = w.waiting()
+    margin = w.deps.settings.waiter_lease_margin.total_seconds()
+
+    w.wait(cid, timeout=3)
+    first = w.bundle(cid).waiter_until
+    w.wait(cid, timeout=5)
+    second = w.bundle(cid).waiter_until
+
+    assert first == iso(START + timedelta(seconds=3 + margin))
+    assert second == iso(START + timedelta(seconds=3 + 5 + margin))  # the second poll starts at +3 s
+
+
+def test_wait__question_superseded__inactive_410(w: World) -> None:
+    sid, cid = w.waiting()
+    w.frame(sid, "turn_completed")
+    w.send(sid, "newer work", "m1")
+    assert w.wait(cid) == (410, {"state": "inactive", "reason": "superseded"})
+
+
+def test_respond__no_confirmation_within_confirm_wait__claimed_rows_restored_detached_and_retryable(
+        w: World) -> None:
+    sid, cid = w.waiting()
+
+    with pytest.raises(DispatchFailed) as err:
+        w.respond(cid, ANSWER)
+
+    assert err.value.retryable and err.value.details.get("restored") is True
+    bound = w.deps.settings.confirm_wait
+    assert bound <= w.sleeper.slept <= bound + w.deps.settings.poll_interval + 1e-6  # a bounded wait
+    assert w.rows(cid) == {"q1": ("pending", True, None), "q2": ("pending", True, None)}
+    assert w.bundle(cid).delivery is None and w.agent.prompts[1:] == []
+
+
+def test_respond__retry_after_restore__takes_the_detached_path_and_resumes_once(w: World) -> None:
+    sid, cid = w.waiting()
+    with pytest.raises(DispatchFailed):
+        w.respond(cid, ANSWER)
+    turn = w.get(sid).current_turn
+    assert turn is not None
+
+    result = w.respond(cid, ANSWER)
+
+    assert result.delivery == "resumed"
+    resumed = _answer_prompts(w)
+    assert len(resumed) == 1 and "Postgres" in resumed[0].text and "Redis" in resumed[0].text
+    after = w.get(sid)
+    assert after.current_turn is not None and after.current_turn.seq == turn.seq + 1
+    assert resumed[0].turn_id == after.current_turn.id and after.reservation is None
+
+
+def test_confirm__after_the_responder_restored__delivery_lost_conflict(w: World) -> None:
+    """L2: restore won, so the late confirmation cannot land as well."""
+    _, cid = w.waiting()
+    taken: list[dict[str, Any]] = []
+    w.sleeper.at(1, lambda: taken.append(w.wait(cid)[1]))
+    with pytest.raises(DispatchFailed):
+        w.respond(cid, ANSWER)
+    writes = w.store.writes
+
+    with pytest.raises(ClarificationInactive) as err:
+        w.confirm(cid, taken[0]["delivery_id"])
+
+    assert err.value.details["reason"] == "delivery_lost" and w.store.writes == writes
+    assert all(status == "pending" for status, _, _ in w.rows(cid).values())
+
+
+def test_respond__confirmation_lands_as_the_wait_runs_out__live_and_nothing_restored(w: World) -> None:
+    """L2: confirmation won the race with the restore, so only the confirmation lands."""
+    sid, cid = w.waiting()
+    w.store.before["restore_claim"] = w.agent_confirms(cid)
+
+    result = w.respond(cid, ANSWER)
+
+    assert result.delivery == "live"
+    assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
+    bundle = w.bundle(cid)
+    assert bundle.delivery is not None and bundle.delivery.result == "live"
+    assert w.get(sid).watchdog is not None
+
+
+def test_respond__partially_terminal_bundle__answers_only_the_pending_row_and_keeps_the_sibling(
+        w: World) -> None:
+    """C5: an earlier partial write answered q1; the claim covers q2 only; a restore gives back q2 only."""
+    _, cid = w.waiting()
+    old = {"question_id": "q1", "selected_options": ["my"], "custom_text": "earlier"}
+    w.set_row(cid, "q1", status="answered", response=old)
+
+    with pytest.raises(ValidationError) as err:
+        w.respond(cid, ANSWER)  # q1 is not pending any more
+    assert err.value.field == "answers[0].question_id"
+    with pytest.raises(DispatchFailed):  # nobody confirms: restore exactly what was claimed
+        w.respond(cid, {"answers": [ANSWER["answers"][1]]})
+    assert w.rows(cid) == {"q1": ("answered", False, old), "q2": ("pending", True, None)}
+
+    w.respond(cid, {"answers": [ANSWER["answers"][1]]})  # detached now: resume with the pending row
+
+    rows = w.rows(cid)
+    assert rows["q1"] == ("answered", False, old) and rows["q2"][0] == "answered"
+    assert w.bundle(cid).delivery.row_ids == ("q2",)  # type: ignore[union-attr]
+
+
+def test_respond__newer_turn_accepted_during_the_live_wait__not_restored_into_it(w: World) -> None:
+    """L4: the restore re-checks turn ownership in the write itself."""
+    sid, cid = w.waiting()
+
+    def newer_turn() -> None:
+        w.frame(sid, "turn_completed")
+        w.send(sid, "newer work", "m-newer")
+    w.sleeper.at(1, newer_turn)
+
+    with pytest.raises(DispatchFailed) as err:
+        w.respond(cid, ANSWER)
+
+    assert err.value.details.get("restored") is None
+    assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
+    session = w.get(sid)
+    assert session.bundle(cid) is not None and session.current_turn is not None
+    assert session.current_turn.id != w.bundle(cid).turn_id
+
+
+# ====================================================================== Skip
+def test_respond__skip_live__waiter_receives_the_rejection(w: World) -> None:
+    sid, cid = w.waiting()
+    w.sleeper.at(1, w.agent_confirms(cid))
+
+    result = w.respond(cid, SKIP)
+
+    assert result.as_dict() == {"clarification_id": cid, "status": "rejected", "delivery": "live"}
+    assert w.received[0]["state"] == "rejected"
+    assert w.received[0]["response"] == {"status": "rejected", "rejected": True, "reject_reason": "not now",
+                                         "answers": []}
+    assert [s for s, _, _ in w.rows(cid).values()] == ["rejected", "rejected"]
+    assert w.agent.prompts[1:] == []
+
+
+def test_respond__skip_detached__persisted_rejected_without_resuming(w: World) -> None:
+    sid, cid = w.detached()
+    before = w.get(sid)
+
+    result = w.respond(cid, SKIP)
+
+    assert result.as_dict() == {"clarification_id": cid, "status": "rejected", "delivery": "recorded"}
+    after = w.get(sid)
+    assert [s for s, _, _ in w.rows(cid).values()] == ["rejected", "rejected"]
+    assert after.current_turn == before.current_turn and after.reservation is None
+    assert w.agent.prompts[1:] == [] and w.agent.cancels == [] and w.sleeper.calls == 0
+
+
+# ====================================================================== detached resume (R1-R4)
+def test_respond__detached_answer__reserved_successor_marked_attempted_before_the_agent_call(w: World) -> None:
+    sid, cid = w.detached()
+    predecessor = w.get(sid).current_turn
+    assert predecessor is not None
+
+    result = w.respond(cid, ANSWER)
+
+    assert result.as_dict() == {"clarification_id": cid, "status": "answered", "delivery": "resumed"}
+    prompt = _answer_prompts(w)[0]
+    after = w.get(sid)
+    assert after.current_turn is not None and after.current_turn.seq == predecessor.seq + 1
+    assert w.agent.seen[-1] == (Dispatch.ATTEMPTED, after.current_turn.id)  # the marker came first
+    assert prompt.turn_id == after.current_turn.id and after.reservation is None
+    assert after.bundle(cid).delivery.result == "resumed"  # type: ignore[union-attr]
+    assert w.sleeper.calls == 0  # dispatch acknowledgement, not agent-turn completion
+
+
+def test_respond__agent_rejects_the_resume__restored_and_a_retry_resumes_exactly_once(w: World) -> None:
+    """R3: synchronous rejection rolls back; the answer stays retryable."""
+    sid, cid = w.detached()
+    predecessor = w.get(sid).current_turn
+    w.agent.outcomes = ["reject"]
+
+    with pytest.raises(DispatchFailed) as err:
+        w.respond(cid, ANSWER)
+
+    assert err.value.retryable
+    session = w.get(sid)
+    assert session.current_turn == predecessor and session.reservation is None
+    assert w.rows(cid) == {"q1": ("pending", True, None), "q2": ("pending", True, None)}
+
+    assert w.respond(cid, ANSWER).delivery == "resumed"
+    assert len(_answer_prompts(w)) == 2 and w.agent.outcomes == []  # one rejected, one accepted
+
+
+def test_respond__attempt_marker_write_fails__agent_never_called_and_answer_retryable(w: World) -> None:
+    """R3: no external call without the durable marker."""
+    sid, cid = w.detached()
+    predecessor = w.get(sid).current_turn
+    w.store.fail.add("mark_attempted")
+
+    with pytest.raises(DispatchFailed):
+        w.respond(cid, ANSWER)
+
+    assert _answer_prompts(w) == []
+    session = w.get(sid)
+    assert session.reservation is None and session.current_turn == predecessor
+    assert all(s == "pending" for s, _, _ in w.rows(cid).values())
+    w.store.fail.clear()
+    assert w.respond(cid, ANSWER).delivery == "resumed" and len(_answer_prompts(w)) == 1
+
+
+def test_respond__resume_ambiguous__not_retryable_and_never_sent_again(w: World) -> None:
+    """R4 / U2: after the marker, an unknown outcome keeps the claim terminal."""
+    sid, cid = w.detached()
+    w.agent.outcomes = ["ambiguous"]
+
+    with pytest.raises(DispatchAmbiguous) as err:
+        w.respond(cid, ANSWER)
+
+    assert not err.value.retryable
+    assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
+    with pytest.raises(ClarificationInactive) as again:
+        w.respond(cid, ANSWER)
+    assert again.value.details["reason"] == "answered" and len(_answer_prompts(w)) == 1
+
+
+def test_respond__agent_accepted_but_finalising_failed__terminal_and_reconciler_keeps_the_successor(
+        w: World) -> None:
+    """R4: accepted means the answer is never reopened nor redispatched."""
+    sid, cid = w.detached()
+    w.store.fail.add("finish_reservation")
+
+    with pytest.raises(DispatchAmbiguous):
+        w.respond(cid, ANSWER)
+    w.store.fail.clear()
+    successor = w.get(sid).current_turn
+    w.clock.advance(3600)
+    report = reconcile(w.deps, before_traffic=False)
+
+    assert report.reservations_kept == 1 and report.reservations_rolled_back == 0
+    session = w.get(sid)
+    assert session.reservation is None and session.current_turn == successor
+    assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
+    assert len(_answer_prompts(w)) == 1
+
+
+# ====================================================================== inactive bundles (C1, C3)
+def _unchanged(w: World, sid: str, action: Callable[[], Any]) -> ClarificationInactive:
+    version, prompts = w.get(sid).version, len(w.agent.prompts)
+    with pytest.raises(ClarificationInactive) as err:
+        action()
+    assert w.get(sid).version == version and len(w.agent.prompts) == prompts and w.agent.cancels == []
+    return err.value
+
+
+@pytest.mark.parametrize("body", [ANSWER, SKIP], ids=["answer", "skip"])
+def test_respond__superseded_bundle__conflict_and_no_write_no_resume(w: World, body: dict[str, Any]) -> None:
+    """C1: a stale tab answering after a newer turn was accepted."""
+    sid, cid = w.detached()
+    w.frame(sid, "turn_completed")
+    w.send(sid, "newer work", "m1")
+
+    error = _unchanged(w, sid, lambda: w.respond(cid, body))
+
+    assert error.details == {"reason": "superseded"}
+
+
+def test_respond__session_cancelled__conflict_expired(w: World) -> None:
+    sid, cid = w.waiting()
+    sessions.cancel_session(w.deps, USER, sid)
+    w.agent.cancels.clear()
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "expired"}
+
+
+def test_respond__agent_withdrew_the_question__conflict_cancelled(w: World) -> None:
+    sid, cid = w.waiting()
+    clarifications.cancel(w.deps, w.caller(sid), cid)
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "cancelled"}
+
+
+def test_respond__already_answered__conflict_with_the_winners_answers(w: World) -> None:
+    sid, cid = w.detached()
+    w.respond(cid, ANSWER)
+
+    error = _unchanged(w, sid, lambda: w.respond(cid, OTHER_ANSWER, caller=OTHER_DEVICE_USER))
+
+    assert error.details["reason"] == "answered"
+    assert error.details["response"] == {"status": "answered", "rejected": False, "answers": [
+        {"question_id": "q1", "selected_options": ["pg"], "custom_text": ""},
+        {"question_id": "q2", "selected_options": ["redis"], "custom_text": "v7"}]}
+
+
+def test_respond__already_rejected__conflict_with_the_rejection(w: World) -> None:
+    sid, cid = w.detached()
+    w.respond(cid, SKIP)
+
+    error = _unchanged(w, sid, lambda: w.respond(cid, ANSWER, caller=OTHER_DEVICE_USER))
+
+    assert error.details == {"reason": "rejected", "response": {
+        "status": "rejected", "rejected": True, "reject_reason": "not now", "answers": []}}
+
+
+def test_respond__live_skip_awaiting_confirmation__loser_told_rejected_not_answered(w: World) -> None:
+    """The loser facing an unconfirmed claim learns the claim's real outcome (a rejection here)."""
+    sid, cid = w.waiting()
+    losers: list[ClarificationInactive] = []
+
+    def second_device() -> None:
+        with pytest.raises(ClarificationInactive) as err:
+            w.respond(cid, ANSWER, caller=OTHER_DEVICE_USER)
+        losers.append(err.value)
+    w.sleeper.at(1, second_device)
+    w.sleeper.at(2, w.agent_confirms(cid))
+
+    assert w.respond(cid, SKIP).status == "rejected"
+
+    assert losers[0].details["response"]["status"] == "rejected"
+    assert losers[0].details["reason"] == "rejected"
+
+
+# ====================================================================== idempotency
+def test_respond__same_key_same_body__original_result_without_a_second_write_or_resume(w: World) -> None:
+    sid, cid = w.detached()
+    first = w.respond(cid, ANSWER, key="k-1")
+    writes = w.store.writes
+
+    again = w.respond(cid, ANSWER, key="k-1")
+
+    assert again == first and again.delivery == "resumed"
+    assert w.store.writes == writes and len(_answer_prompts(w)) == 1
+
+
+def test_respond__same_key_reordered_answers__same_response(w: World) -> None:
+    _, cid = w.detached()
+    first = w.respond(cid, ANSWER, key="k-1")
+    assert w.respond(cid, {"answers": list(reversed(ANSWER["answers"]))}, key="k-1") == first
+
+
+def test_respond__same_key_live_result__replayed_as_live(w: World) -> None:
+    _, cid = w.waiting()
+    w.sleeper.at(1, w.agent_confirms(cid))
+    first = w.respond(cid, ANSWER, key="k-live")
+    assert w.respond(cid, ANSWER, key="k-live") == first and first.delivery == "live"
+
+
+@pytest.mark.parametrize("other", [OTHER_ANSWER, SKIP], ids=["other-answer", "skip"])
+def test_respond__same_key_different_body__idempotency_mismatch_and_nothing_written(
+        w: World, other: dict[str, Any]) -> None:
+    _, cid = w.detached()
+    w.respond(cid, ANSWER, key="k-1")
+    writes = w.store.writes
+
+    with pytest.raises(IdempotencyMismatch):
+        w.respond(cid, other, key="k-1")
+
+    assert w.store.writes == writes
+
+
+def test_respond__other_key_after_answer__conflict_not_replay(w: World) -> None:
+    _, cid = w.detached()
+    w.respond(cid, ANSWER, key="k-1")
+    with pytest.raises(ClarificationInactive) as err:
+        w.respond(cid, ANSWER, key="k-2")
+    assert err.value.details["reason"] == "answered"
+
+
+# ====================================================================== waiter lease and the reconciler
+def test_respond__waiter_lease_lapsed__detached_path_without_waiting(w: World) -> None:
+    sid, cid = w.waiting()
+    w.wait(cid, timeout=1)  # lease until +1 s + margin
+    w.clock.advance(1 + w.deps.settings.waiter_lease_margin.total_seconds() + 1)
+    sleeps = w.sleeper.calls
+
+    result = w.respond(cid, ANSWER)
+
+    assert result.delivery == "resumed" and w.sleeper.calls == sleeps and len(_answer_prompts(w)) == 1
+
+
+def test_respond__waiter_lease_current__live_path(w: World) -> None:
+    _, cid = w.waiting()
+    w.wait(cid, timeout=20)
+    w.clock.advance(5)
+    w.sleeper.at(w.sleeper.calls + 1, w.agent_confirms(cid))
+    assert w.respond(cid, ANSWER).delivery == "live" and _answer_prompts(w) == []
+
+
+def test_reconcile__scheduled_after_the_lease_lapsed__detached_durably_and_agent_silently_paused(
+        w: World) -> None:
+    sid, cid = w.waiting()
+    w.wait(cid, timeout=1)
+    w.clock.advance(60)
+
+    report = reconcile(w.deps, before_traffic=False)
+
+    assert report.waiters_detached == 1
+    assert w.rows(cid) == {"q1": ("pending", True, None), "q2": ("pending", True, None)}
+    session = w.get(sid)
+    assert [(c.execution_id, c.prompt_generation, c.silent) for c in w.agent.cancels] == [
+        (session.execution_id, session.generation, True)]
+    assert reconcile(w.deps, before_traffic=False).waiters_detached == 0  # durable: nothing left to do
+
+
+def test_reconcile__scheduled_while_the_lease_holds__nothing_detached(w: World) -> None:
+    _, cid = w.waiting()
+    w.wait(cid, timeout=20)
+    w.clock.advance(5)
+    assert reconcile(w.deps, before_traffic=False).waiters_detached == 0
+    assert w.rows(cid)["q1"] == ("pending", False, None) and w.agent.cancels == []
+
+
+def test_reconcile__unconfirmed_current_claim_past_its_deadline__restored_to_pending(w: World) -> None:
+    """L1: a claim nobody confirmed (the responder died) goes back to pending, to be answered again."""
+    sid, cid = w.waiting()
+
+    def responder_dies() -> None:
+        raise SystemExit("the responder's invocation died")
+    w.sleeper.at(1, responder_dies)
+    with pytest.raises(SystemExit):
+        w.respond(cid, ANSWER)
+    assert w.bundle(cid).delivery is not None
+    w.clock.advance(w.deps.settings.owner_window.total_seconds() + 1)
+
+    report = reconcile(w.deps, before_traffic=False)
+
+    assert report.intents_restored == 1
+    assert all(s == "pending" for s, _, _ in w.rows(cid).values()) and w.bundle(cid).delivery is None
+
+
+def test_reconcile__unconfirmed_claim_of_a_superseded_turn__intent_retired_history_kept(w: World) -> None:
+    sid, cid = w.waiting()
+
+    def responder_dies_after_a_newer_turn() -> None:
+        w.frame(sid, "turn_completed")
+        w.send(sid, "newer work", "m-newer")
+        raise SystemExit("the responder's invocation died")
+    w.sleeper.at(1, responder_dies_after_a_newer_turn)
+    with pytest.raises(SystemExit):
+        w.respond(cid, ANSWER)
+    w.clock.advance(w.deps.settings.owner_window.total_seconds() + 1)
+
+    report = reconcile(w.deps, before_traffic=False)
+
+    assert (report.intents_restored, report.intents_retired) == (0, 1)
+    assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
+    assert not w.bundle(cid).delivery.pending  # type: ignore[union-attr]
+
+
+# ====================================================================== dismiss
+def test_dismiss__active_bundle__conflict_and_nothing_written(w: World) -> None:
+    sid, cid = w.waiting()
+    writes = w.store.writes
+    with pytest.raises(ClarificationActive):
+        responses.dismiss(w.deps, USER, cid)
+    assert w.store.writes == writes and w.bundle(cid).dismissed_by == ()
+
+
+def test_dismiss__superseded_bundle__hidden_for_this_user_only_and_nothing_sent(w: World) -> None:
+    sid, cid = w.detached()
+    w.frame(sid, "turn_completed")
+    w.send(sid, "newer work", "m1")
+    prompts, rows = len(w.agent.prompts), w.rows(cid)
+
+    assert responses.dismiss(w.deps, USER, cid) == {"clarification_id": cid, "dismissed": True}
+    responses.dismiss(w.deps, USER, cid)  # every device, any number of times
+
+    assert w.bundle(cid).dismissed_by == ("user-1",)
+    assert w.rows(cid) == rows and len(w.agent.prompts) == prompts and w.agent.cancels == []
