@@ -23,7 +23,8 @@ SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
         "Send a message {client_message_id, content, delivery?}: sent/queued/steered", 201),
     ("GET", "/api/v1/sessions/{session_id}/transcript"): ("The transcript, in order", 200),
     ("GET", "/api/v1/sessions/{session_id}/turns"): ("The session's turns", 200),
-    ("GET", "/api/v1/events"): ("The workspace's event feed ?after=&wait=", 200),
+    ("GET", "/api/v1/events"): (
+        "The workspace's event feed ?after=<cursor>|now&wait=<s>; at-least-once, stable ids", 200),
     ("POST", "/api/v1/agent/sessions/{session_id}/frames"): ("Agent frames: output, completion, state", 200),
     ("DELETE", "/api/v1/sessions/{session_id}/messages/{message_id}"): (
         "Remove a transcript message (a clarification entry removes that bundle only)", 204),

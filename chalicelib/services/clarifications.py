@@ -147,7 +147,8 @@ def cancel(deps: Deps, caller: Caller, clarification_id: str) -> list[str]:
 
 def inactive(session: Session, bundle: Bundle) -> ClarificationInactive:
     state = clarify.derived_state(session, bundle)
-    reason = {"delivery_claimed": "answered"}.get(state, state)
+    # A claim still being delivered is already the winner: report its outcome (answered or rejected).
+    reason = bundle.delivery.outcome if state == "delivery_claimed" and bundle.delivery else state
     if session.terminal and reason not in ("answered", "rejected"):
         reason = "session_terminal" if state != "expired" else "expired"
     return ClarificationInactive("the clarification is no longer active", reason=reason)

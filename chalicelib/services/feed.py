@@ -39,7 +39,9 @@ def _decode(cursor: str) -> tuple[str, str]:
 
 def list_events(deps: Deps, caller: Caller, after: str | None, wait: int) -> Page:
     caller.require_user()
-    if after:
+    if after == "now":  # start from the present: nothing older, but every later write (even a lagging one)
+        after_sk = read_at = deps.now()
+    elif after:
         after_sk, read_at = _decode(after)
     else:
         after_sk, read_at = "", ""

@@ -8,6 +8,7 @@ from ..domain import validation as v
 from ..domain.model import Task
 from .access import task_for_user
 from .deps import Deps
+from .events import emit
 from .projection import refresh_task_summary
 
 DEFAULT_STEP = "todo"
@@ -22,7 +23,15 @@ def create_task(deps: Deps, caller: Caller, body: Any) -> Task:
     task = Task(id=deps.new_id(), workspace_id=caller.workspace_id, title=title, workflow_step=step,
                 created_at=deps.now())
     deps.store.put_task(task)
+    emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None, event_id=f"task.created:{task.id}",
+         kind="task.created", at=task.created_at, payload=task_payload(task))
     return task
+
+
+def task_payload(task: Task) -> dict[str, object]:
+    return {"id": task.id, "title": task.title, "workflow_step": task.workflow_step, "created_at": task.created_at,
+            "status_summary": {"pending_action": task.summary.pending_action, "revision": task.summary.revision,
+                               "primary_session_id": task.summary.primary_session_id}}
 
 
 def list_tasks(deps: Deps, caller: Caller) -> list[Task]:

@@ -238,7 +238,7 @@ function renderSurfaceStatus(surface) {
   }
   if (p === Phase.LATE_FAILED || p === Phase.LATE_UNKNOWN) {
     return h("div.surface.error", { role: "alert" },
-      h("p", {}, p === Phase.LATE_UNKNOWN ? "Not confirmed. " : "Not sent. ", surface.error ?? "", " Your answer is kept."),
+      h("p", {}, p === Phase.LATE_UNKNOWN ? "Not confirmed. " : "Not sent. ", sentence(surface.error), " Your answer is kept."),
       h("div.actions", {},
         (p === Phase.LATE_UNKNOWN || surface.retryable)
           ? h("button", { type: "button", "data-action": "retry-late", "data-clarification-id": surface.clarificationId }, "Retry")
@@ -256,6 +256,8 @@ function renderSurfaceStatus(surface) {
   if (p === Phase.DISMISSED) return h("p.surface.info", { role: "status" }, "Dismissed; nothing was sent.");
   return null;
 }
+
+const sentence = (text) => (!text ? "" : /[.!?]$/.test(text) ? text : `${text}.`);
 
 function renderQuestionFields(state, clarificationId, questions, prefix) {
   const draft = state.drafts.get(clarificationId) ?? {};

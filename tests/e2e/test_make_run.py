@@ -20,7 +20,6 @@ import requests
 from scripts.local.emulator import EmulatorThread
 from tests.conftest import ROOT
 
-
 # make itself receives the Ctrl-C too and reports it (130, or -SIGINT); the run command exits 0.
 CTRL_C_EXIT = (0, 130, -signal.SIGINT)
 
