@@ -19,7 +19,7 @@ def log_group(function_name: str) -> Resource:
 
 
 def alarm_topic() -> Resource:
-    """Subscribe people or a pager to this topic (docs/deploy.md); every alarm notifies it."""
+    """Subscribe people or a pager to this topic (README.md, "Deploying to AWS"); every alarm notifies it."""
     return {"Type": "AWS::SNS::Topic",
             "Properties": {"KmsMasterKeyId": "alias/aws/sns", "DisplayName": "Clarify alarms"}}
 
