@@ -117,5 +117,5 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     template = json.loads(path.read_text())
     print(f"wrote {path} and {path.with_name('deployment.zip')}")
-    print(f"deployment id {template['Outputs']['DeploymentId']['Value']}; next: README.md, "Deploying to AWS"")
+    print(f"deployment id {template['Outputs']['DeploymentId']['Value']}; next: README.md, Deploying to AWS")
     return 0

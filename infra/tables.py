@@ -24,7 +24,7 @@ def table_properties(model: type[Model], table_name: str) -> dict[str, Any]:
         "BillingMode": spec["BillingMode"],
         "AttributeDefinitions": spec["AttributeDefinitions"],
         "KeySchema": spec["KeySchema"],
-        # Restores to any second of the last 35 days are the recovery path for bad writes (README.md, "Deploying to AWS").
+        # Restores to any second of the last 35 days are the recovery path for bad writes (README: Deploying).
         "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
         # A stack mistake must not be able to drop production data.
         "DeletionProtectionEnabled": True,
