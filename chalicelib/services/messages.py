@@ -204,10 +204,12 @@ def _record_steered(deps: Deps, caller: Caller, session: Session, client_message
                       task_id=session.task_id, turn_id=turn.id, turn_seq=turn.seq, author_type="user",
                       type="message", content=content, created_at=deps.now(),
                       meta={"in_reply_to": dict(late.context)} if late else None)
-    deps.store.put_message(message)
     admission = Admission(message.id, "steered", turn.id)
-    if remember:
-        deps.store.update_remembered(Remembered(remember[0], remember[1], 201, admission.as_dict()))
+    if remember:  # the agent has it now: remember that first, so no retry steers it again
+        deps.store.remember(Remembered(remember[0], remember[1], 201, admission.as_dict()))
+    deps.store.put_message(message)
+    if late is not None:
+        deps.store.link_late_message(session.id, late.bundle_id, message.id, deps.now())
     return admission
 
 

@@ -545,6 +545,13 @@ class DynamoStore:
         _touch(e, at)
         return self._update(session_id, e)
 
+    def link_late_message(self, session_id: str, bundle_id: str, message_id: str, at: str) -> Session:
+        e = Expr()
+        e.cond(f"attribute_exists({e.path('bundles', bundle_id)})")
+        e.set(e.path("bundles", bundle_id, "late_message_id"), message_id)
+        _touch(e, at)
+        return self._update(session_id, e)
+
     def get_remembered(self, key: str) -> Remembered | None:
         def get() -> Remembered | None:
             try:
@@ -554,6 +561,14 @@ class DynamoStore:
             return Remembered(key=rec.key, fingerprint=rec.fingerprint, status_code=int(rec.status_code),
                               response=rec.response)
         return _translate(get)
+
+    def remember(self, entry: Remembered) -> None:
+        rec = IdempotencyRecord(entry.key, fingerprint=entry.fingerprint, status_code=entry.status_code,
+                                response=dict(entry.response), expires_at=datetime.now(UTC) + IDEMPOTENCY_TTL)
+        try:
+            _translate(lambda: rec.save(condition=IdempotencyRecord.key.does_not_exist()))
+        except ConditionFailed as exc:
+            raise AlreadyRemembered("this idempotency key was already used") from exc
 
     def update_remembered(self, entry: Remembered) -> None:
         rec = IdempotencyRecord(entry.key, fingerprint=entry.fingerprint, status_code=entry.status_code,

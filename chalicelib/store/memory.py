@@ -401,8 +401,19 @@ class MemoryStore:
                            generation=head.generation, prompt=head, queue=s.queue[1:])
         return self._update(session_id, cond, change, at)
 
+    def link_late_message(self, session_id: str, bundle_id: str, message_id: str, at: str) -> Session:
+        return self._update(session_id, lambda s: s.bundle(bundle_id) is not None,
+                            lambda s: _edit_bundle(s, bundle_id, late_message_id=message_id), at)
+
     def get_remembered(self, key: str) -> Remembered | None:
         return self.remembered.get(key)
+
+    def remember(self, entry: Remembered) -> None:
+        with self._lock:
+            if entry.key in self.remembered:
+                raise AlreadyRemembered("this idempotency key was already used")
+            self.remembered[entry.key] = entry
+            self.writes += 1
 
     def update_remembered(self, entry: Remembered) -> None:
         with self._lock:

@@ -27,7 +27,8 @@ class Target:
 
 @dataclass
 class _Shard:
-    iterator: str | None = None
+    checkpoint: str | None = None
+    loaded: bool = False
     retry_from: str | None = None
 
 
@@ -98,36 +99,38 @@ class StreamPump:
     def _poll_shard(self, target: Target, arn: str, shard_id: str) -> int:
         key = f"pump#{target.table}#{shard_id}"
         state = self._shards.setdefault(key, _Shard())
-        if state.iterator is None:
-            state.iterator = self._iterator(arn, shard_id, key, state)
-        resp = self.streams.get_records(ShardIterator=state.iterator, Limit=target.batch_size)
+        if not state.loaded:
+            state.checkpoint, state.loaded = self.get_checkpoint(key), True
+        # A fresh iterator every pass (as a restarted poller would take): moto replaces a table's stream
+        # object when it rolls back a cancelled transaction, which would strand a long-lived iterator.
+        resp = self.streams.get_records(ShardIterator=self._iterator(arn, shard_id, state), Limit=target.batch_size)
         records = resp.get("Records", [])
-        state.iterator = resp.get("NextShardIterator")
         if not records:
             return 0
         event = {"Records": [lambda_record(r, arn) for r in records]}
         result = target.handler(event, LambdaContext(function_name=target.table))
         failures = (result or {}).get("batchItemFailures") if isinstance(result, dict) else None
+        handled = records
         if failures:
             self.failed_batches += 1
             first = failures[0]["itemIdentifier"]
             handled = [r for r in records if int(r["dynamodb"]["SequenceNumber"]) < int(first)]
-            if handled:
-                self.set_checkpoint(key, handled[-1]["dynamodb"]["SequenceNumber"])
-            state.iterator, state.retry_from = None, first  # re-read from the failed record next pass
-            self.delivered += len(handled)
-            return len(handled)
-        self.set_checkpoint(key, records[-1]["dynamodb"]["SequenceNumber"])
-        state.retry_from = None
-        self.delivered += len(records)
-        return len(records)
+            state.retry_from = first  # re-read from the failed record next pass
+        else:
+            state.retry_from = None
+        if handled:
+            state.checkpoint = handled[-1]["dynamodb"]["SequenceNumber"]
+            self.set_checkpoint(key, state.checkpoint)
+        self.delivered += len(handled)
+        return len(handled)
 
-    def _iterator(self, arn: str, shard_id: str, key: str, state: _Shard) -> str:
+    def _iterator(self, arn: str, shard_id: str, state: _Shard) -> str:
         if state.retry_from:
             kind, seq = "AT_SEQUENCE_NUMBER", state.retry_from
+        elif state.checkpoint:
+            kind, seq = "AFTER_SEQUENCE_NUMBER", state.checkpoint
         else:
-            checkpoint = self.get_checkpoint(key)
-            kind, seq = ("AFTER_SEQUENCE_NUMBER", checkpoint) if checkpoint else ("TRIM_HORIZON", None)
+            kind, seq = "TRIM_HORIZON", None
         kwargs: dict[str, Any] = {"StreamArn": arn, "ShardId": shard_id, "ShardIteratorType": kind}
         if seq:
             kwargs["SequenceNumber"] = seq

@@ -38,7 +38,8 @@ class PromptCall:
 class FakeAgentctl:
     """Answers prompts as scripted (`outcomes`, then `default`); records every prompt and cancel.
 
-    Has no `steer`: messages to a busy agent are queued, as with a runtime that cannot steer.
+    `steering` False (the default): `steer` refuses, so messages to a busy agent are queued, as with a
+    runtime that cannot steer. True: steered messages are accepted and recorded like prompts.
     """
 
     store: Any = None  # optional: lets the fake record the stored dispatch state at call time
@@ -47,6 +48,7 @@ class FakeAgentctl:
     calls: list[PromptCall] = field(default_factory=list)
     cancels: list[CancelRequest] = field(default_factory=list)
     cancel_fails: bool = False
+    steering: bool = False
 
     def script(self, *outcomes: str) -> None:
         for outcome in outcomes:
@@ -66,6 +68,12 @@ class FakeAgentctl:
         if outcome == "accept-then-fail":
             raise AgentctlAmbiguous("connection reset after the agent accepted the prompt")
         return PromptOutcome.ACCEPTED if outcome == "accept" else PromptOutcome.REJECTED
+
+    def steer(self, request: PromptRequest) -> bool:
+        if not self.steering:
+            return False
+        self.calls.append(PromptCall(request, "accept", None))
+        return True
 
     def cancel(self, request: CancelRequest) -> None:
         self.cancels.append(request)

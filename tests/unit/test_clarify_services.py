@@ -439,6 +439,38 @@ def test_refresh_task_summary__existing_summary_disagrees__repaired_once(w: Worl
         ("task.status_summary.updated", None)]
 
 
+class RacingProjector(MemoryStore):
+    """Another projector writes a newer summary just before our first compare-and-set lands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raced = False
+
+    def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
+                         expected_revision: int) -> Task:
+        if not self.raced:
+            self.raced = True
+            super().set_task_summary(task_id, pending_action="clarification", primary_session_id="someone-else",
+                                     expected_revision=expected_revision)
+        return super().set_task_summary(task_id, pending_action=pending_action,
+                                        primary_session_id=primary_session_id, expected_revision=expected_revision)
+
+
+def test_refresh_task_summary__compare_and_set_lost__reloads_and_reapplies_the_rule(w: World) -> None:
+    """P4: the read-time repair and the live projector race; the loser reloads and re-derives, never
+    overwriting a newer revision with its stale computation."""
+    store = RacingProjector()
+    deps = replace(w.deps, store=store)
+    store.put_task(Task(id="task-1", workspace_id=WS, title="t", workflow_step="todo", created_at="x"))
+    store.create_session(session(bundle("b1", T1), turn=T2, state=State.RUNNING))  # nothing active
+
+    repaired = projection.refresh_task_summary(deps, "task-1")
+
+    assert repaired is not None and repaired.summary == StatusSummary(None, 2, SID)
+    events = [e for _, _, e in store.list_events(WS, low_sk="", after_sk="", written_after="", limit=100)]
+    assert [e.payload["status_summary"]["revision"] for e in events] == [2]
+
+
 @pytest.mark.parametrize("rows, extra, expected", [
     ((row(),), {}, "active_live"),
     ((row(detached=True),), {}, "active_detached"),

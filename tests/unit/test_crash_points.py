@@ -682,6 +682,14 @@ def op_send_answer(w: World, deps: Deps, ctx: Ctx) -> None:
     w.send_answer(ctx["answer"], deps)
 
 
+def s_late_steered(w: World) -> Ctx:
+    """A late answer to a busy agent whose runtime steers it into the running turn."""
+    ctx = s_late(busy=True)(w)
+    ctx["answer"].body["delivery"] = "steer"
+    w.agent.steering = True
+    return ctx
+
+
 def s_plain(w: World) -> Ctx:
     ctx = _bg(w)
     ctx["main"] = w.new_session()
@@ -866,6 +874,8 @@ SCENARIOS: list[Scenario] = [
     Scenario("late answer queued behind a busy agent", s_late(busy=True), op_send_answer,
              after=agent_finishes_its_turn("old")),
     Scenario("late answer, agentctl rejects", s_late("reject"), op_send_answer),
+    Scenario("late answer steered into the running turn", s_late_steered, op_send_answer,
+             after=agent_finishes_its_turn("old")),
     Scenario("plain message sent", s_plain, op_send_answer),
     Scenario("agent activity, turn completion and queue drain", s_activity, op_activity,
              after=agent_finishes_its_turn("main")),

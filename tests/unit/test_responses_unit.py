@@ -26,7 +26,7 @@ from chalicelib.domain.errors import (
     StoreUnavailable,
     ValidationError,
 )
-from chalicelib.domain.model import Bundle, Dispatch, Session, State
+from chalicelib.domain.model import Bundle, Dispatch, Session
 from chalicelib.functions.reconciler import reconcile
 from chalicelib.services import clarifications, frames, messages, responses, sessions, tasks
 from chalicelib.services.deps import Deps, Settings, iso
@@ -624,7 +624,8 @@ def test_respond__agent_accepted_but_finalising_failed__terminal_and_reconciler_
 
     assert report.reservations_kept == 1 and report.reservations_rolled_back == 0
     session = w.get(sid)
-    assert session.reservation is None and session.current_turn == successor
+    assert successor is not None and session.reservation is None
+    assert session.current_turn is not None and session.current_turn.id == successor.id  # never rolled back
     assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
     assert len(_answer_prompts(w)) == 1
 
@@ -661,6 +662,14 @@ def test_respond__agent_withdrew_the_question__conflict_cancelled(w: World) -> N
     sid, cid = w.waiting()
     clarifications.cancel(w.deps, w.caller(sid), cid)
     assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "cancelled"}
+
+
+def test_respond__agent_withdrew_then_the_session_ended__conflict_session_terminal(w: World) -> None:
+    sid, cid = w.waiting()
+    clarifications.cancel(w.deps, w.caller(sid), cid)
+    sessions.cancel_session(w.deps, USER, sid)
+    w.agent.cancels.clear()
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "session_terminal"}
 
 
 def test_respond__already_answered__conflict_with_the_winners_answers(w: World) -> None:

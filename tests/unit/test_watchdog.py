@@ -16,6 +16,7 @@ from chalicelib.agentctl.client import CancelRequest
 from chalicelib.domain.model import Dispatch, Session, Watchdog
 from chalicelib.functions.reconciler import reconcile
 from chalicelib.services import sessions, watchdog
+from chalicelib.services.deps import parse_iso
 from tests.unit.test_responses_unit import ANSWER, SKIP, START, USER, World, make_world
 
 ACTIVITY = ("message", "thinking", "tool")
@@ -232,7 +233,7 @@ def test_fire__turn_superseded_between_preflight_and_admission__no_dispatch(w: W
     sid, _, armed = _armed(w)
     _past_due(w)
     stale = w.get(sid)  # the fallback's preflight read: the clarification turn is still current
-    w.store.before["admit_watchdog_prompt"] = lambda: _newer_turn(w, sid)
+    w.store.before["admit_watchdog_prompt"] = lambda: None if _newer_turn(w, sid) else None
     prompts = len(w.agent.prompts)
 
     assert watchdog.fire(w.deps, stale) is False
@@ -272,5 +273,4 @@ def test_fire__stale_watchdog_snapshot_after_activity__no_dispatch(w: World) -> 
 
 
 def _epoch(stamp: str) -> float:
-    from chalicelib.services.deps import parse_iso
     return parse_iso(stamp).timestamp()
