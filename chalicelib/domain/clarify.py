@@ -4,7 +4,7 @@ Everything here is a pure function of the aggregate; the store turns the same de
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +34,9 @@ def parse_questions(body: Mapping[str, Any]) -> tuple[Question, ...]:
     raw = body.get("questions")
     if not isinstance(raw, list) or not MIN_QUESTIONS <= len(raw) <= MAX_QUESTIONS:
         raise ValidationError("questions", f"questions must be a list of {MIN_QUESTIONS} to {MAX_QUESTIONS}")
-    questions = [_question(q, i) for i, q in enumerate(raw)]
+    taken = {q.get("question_id") for q in raw if isinstance(q, Mapping)}
+    fresh = (f"q{n}" for n in range(1, 100) if f"q{n}" not in taken)
+    questions = [_question(q, i, fresh) for i, q in enumerate(raw)]
     ids = [q.question_id for q in questions]
     if len(set(ids)) != len(ids):
         raise ValidationError("questions", "question ids must be unique")
@@ -44,26 +46,29 @@ def parse_questions(body: Mapping[str, Any]) -> tuple[Question, ...]:
 MIN_QUESTIONS = 1
 
 
-def _question(raw: Any, index: int) -> Question:
+def _question(raw: Any, index: int, fresh: Iterator[str]) -> Question:
+    """Generated ids never collide with ids the agent chose for other questions or options."""
     where = f"questions[{index}]"
     if not isinstance(raw, Mapping):
         raise ValidationError(where, f"{where} must be an object")
-    qid = _str(raw, "question_id", where, MAX_ID, required=False) or f"q{index + 1}"
+    qid = _str(raw, "question_id", where, MAX_ID, required=False) or next(fresh)
     prompt = _str(raw, "prompt", where, MAX_PROMPT, required=True)
     title = _str(raw, "title", where, MAX_LABEL, required=False) or ""
     options_raw = raw.get("options")
     if not isinstance(options_raw, list) or not MIN_OPTIONS <= len(options_raw) <= MAX_OPTIONS:
         raise ValidationError(f"{where}.options", f"options must be a list of {MIN_OPTIONS} to {MAX_OPTIONS}")
-    options = tuple(_option(o, f"{where}.options[{j}]", f"{qid}_opt{j + 1}") for j, o in enumerate(options_raw))
+    taken = {o.get("option_id") for o in options_raw if isinstance(o, Mapping)}
+    fresh_options = (f"{qid}_opt{n}" for n in range(1, 100) if f"{qid}_opt{n}" not in taken)
+    options = tuple(_option(o, f"{where}.options[{j}]", fresh_options) for j, o in enumerate(options_raw))
     if len({o.option_id for o in options}) != len(options):
         raise ValidationError(f"{where}.options", "option ids must be unique within a question")
     return Question(question_id=qid, title=title, prompt=prompt or "", options=options)
 
 
-def _option(raw: Any, where: str, default_id: str) -> Option:
+def _option(raw: Any, where: str, fresh: Iterator[str]) -> Option:
     if not isinstance(raw, Mapping):
         raise ValidationError(where, f"{where} must be an object")
-    return Option(option_id=_str(raw, "option_id", where, MAX_ID, required=False) or default_id,
+    return Option(option_id=_str(raw, "option_id", where, MAX_ID, required=False) or next(fresh),
                   label=_str(raw, "label", where, MAX_LABEL, required=True) or "",
                   description=_str(raw, "description", where, MAX_DESCRIPTION, required=False) or "")
 
@@ -93,7 +98,8 @@ def derived_state(session: Session, bundle: Bundle, now: str | None = None) -> s
     if any(row_pending(r) for r in bundle.rows):
         if bundle_is_active(session, bundle):
             return "active_detached" if is_detached(bundle, now) else "active_live"
-        return "expired" if session.terminal else "superseded"
+        current = session.current_turn is not None and bundle.turn_id == session.current_turn.id
+        return "expired" if session.terminal and current else "superseded"
     statuses = {row_status(r.status) for r in bundle.rows}
     for status in ("answered", "rejected", "expired", "cancelled"):
         if status in statuses:

@@ -189,6 +189,7 @@ class StatusSummary:
     pending_action: str | None = None
     revision: int = 0
     primary_session_id: str | None = None
+    updated_at: str = ""  # when this revision was written: its event's time, stable across republishing
 
 
 @dataclass(frozen=True)

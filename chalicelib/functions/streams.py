@@ -58,7 +58,7 @@ def on_session_record(deps: Deps, record: Record) -> None:
     _bundles(deps, old, new)
     _session_event(deps, old, new)
     if old is None or pending_action(old) != pending_action(new) or old.is_primary != new.is_primary:
-        refresh_task_summary(deps, new.task_id, fresh=new)
+        refresh_task_summary(deps, new.task_id, fresh=new, republish=True)
 
 
 def _turns(deps: Deps, old: Session | None, new: Session) -> None:
@@ -149,9 +149,12 @@ def on_history_record(deps: Deps, record: Record) -> None:
     item = _image(record, "OldImage") if name == "REMOVE" else _image(record, "NewImage")
     if item is None or item.get("kind") != "message":
         return
+    old = _image(record, "OldImage") or {}
+    if name == "MODIFY" and item.get("deleted") and not old.get("deleted"):
+        name = "REMOVE"  # a tombstone is how a message is deleted
     message = codec.message_from_history(item)
     common = {"workspace_id": message.workspace_id, "task_id": message.task_id, "session_id": message.session_id}
-    if name == "INSERT":
+    if name == "INSERT" and not item.get("deleted"):
         emit(deps, **common, event_id=f"message.added:{message.id}", kind="message.added",
              at=message.created_at, payload=message_view(message))
     elif name == "REMOVE":

@@ -116,7 +116,9 @@ def pause_for_input(deps: Deps, session: Session, bundle_id: str, expected_turn_
 
     Returns whether the agent was cancelled.
     """
-    session, _ = detach_bundle(deps, session, bundle_id)
+    session, detached = detach_bundle(deps, session, bundle_id)
+    if not detached:  # nothing written: decide on the durable aggregate, never on the caller's copy
+        session = deps.store.get_session(session.id) or session
     current = session.current_turn.id if session.current_turn else None
     if current != expected_turn_id or session.terminal:
         log.info("pause for %s skipped the cancel: turn %s is not the snapshotted %s",

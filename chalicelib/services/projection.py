@@ -22,31 +22,42 @@ def task_summary(sessions: list[Session]) -> tuple[str | None, str | None]:
 
 
 def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
-                         fresh: Session | None = None) -> Task | None:
-    """Make the stored summary agree with the rule. Returns the task as stored (None if it vanished)."""
+                         fresh: Session | None = None, republish: bool = False) -> Task | None:
+    """Make the stored summary agree with the rule. Returns the task as stored (None if it vanished).
+
+    With `republish` (stream functions), an already agreeing summary has its event written again: the event
+    id is stable, so this writes nothing new unless a crash came between a summary write and its event.
+    """
     for _ in range(MAX_ATTEMPTS):
         task = task or deps.store.get_task(task_id)
         if task is None:
             return None
         sessions = deps.store.list_sessions(task_id)
-        if fresh is not None:  # the index may lag the aggregate that triggered this refresh
-            sessions = [fresh if s.id == fresh.id else s for s in sessions]
+        if fresh is not None:  # the index may lag the aggregate that triggered this refresh, but a
+            # redelivered record may be older than what is stored: the newer version wins
+            sessions = [fresh if s.id == fresh.id and fresh.version > s.version else s for s in sessions]
             if all(s.id != fresh.id for s in sessions):
                 sessions.append(fresh)
         action, primary = task_summary(sessions)
         if (action, primary) == (task.summary.pending_action, task.summary.primary_session_id):
+            if republish and task.summary.revision:
+                _publish(deps, task)
             return task
         try:
             new = deps.store.set_task_summary(task_id, pending_action=action, primary_session_id=primary,
-                                              expected_revision=task.summary.revision)
+                                              expected_revision=task.summary.revision, at=deps.now())
         except ConditionFailed:
             task = None  # someone else moved the revision: recompute from fresh state
             continue
-        emit(deps, workspace_id=new.workspace_id, task_id=new.id, session_id=None,
-             event_id=f"task.status_summary.updated:{new.id}:{new.summary.revision}",
-             kind="task.status_summary.updated", at=deps.now(),
-             payload={"task_id": new.id, "status_summary": {
-                 "pending_action": new.summary.pending_action, "revision": new.summary.revision,
-                 "primary_session_id": new.summary.primary_session_id}})
+        _publish(deps, new)
         return new
     raise ConditionFailed(f"task summary of {task_id} kept changing")
+
+
+def _publish(deps: Deps, task: Task) -> None:
+    emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None,
+         event_id=f"task.status_summary.updated:{task.id}:{task.summary.revision}",
+         kind="task.status_summary.updated", at=task.summary.updated_at or task.created_at,
+         payload={"task_id": task.id, "status_summary": {
+             "pending_action": task.summary.pending_action, "revision": task.summary.revision,
+             "primary_session_id": task.summary.primary_session_id}})

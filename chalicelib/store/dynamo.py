@@ -97,7 +97,7 @@ class DynamoStore:
         return _translate(lambda: [_task(r) for r in TaskRecord.by_workspace.query(workspace_id)])
 
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
-                         expected_revision: int) -> Task:
+                         expected_revision: int, at: str = "") -> Task:
         """Compare-and-set on the summary revision: an older computation never overwrites a newer one."""
         e = Expr()
         e.cond(f"attribute_exists({e.path('task_id')})")
@@ -111,6 +111,8 @@ class DynamoStore:
         else:
             e.set(e.path("primary_session_id"), primary_session_id)
         e.set(e.path("summary_revision"), expected_revision + 1)
+        if at:
+            e.set(e.path("summary_at"), at)
         return self._update_task(task_id, e)
 
     def set_workflow_step(self, task_id: str, step: str) -> Task:
@@ -600,17 +602,25 @@ class DynamoStore:
             **e.update_kwargs()))
 
     def delete_message(self, message: Message) -> bool:
+        """Tombstone the message (kept, hidden): put_message never recreates it on a stream redelivery."""
         key = {"session_id": {"S": message.session_id},
                "sk": {"S": codec.history_sk_message(message.turn_seq, message.created_at, message.id)}}
-        resp = _translate(lambda: self.client.delete_item(
-            TableName=HistoryRecord.Meta.table_name, Key=key, ReturnValues="ALL_OLD"))
-        return bool(resp.get("Attributes"))
+        try:
+            _translate(lambda: self.client.update_item(
+                TableName=HistoryRecord.Meta.table_name, Key=key, UpdateExpression="SET deleted = :t",
+                ConditionExpression="attribute_exists(sk) AND NOT deleted = :t",
+                ExpressionAttributeValues={":t": {"BOOL": True}}))
+            return True
+        except ConditionFailed:
+            return False
 
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
         def query() -> tuple[list[TurnRecord], list[Message]]:
             turns, messages = [], []
             for rec in HistoryRecord.query(session_id, consistent_read=True):
                 item = codec.plain(rec.attribute_values)
+                if item.get("deleted"):
+                    continue
                 if item["kind"] == "turn":
                     turns.append(codec.turn_record_from_history(item))
                 else:
@@ -677,14 +687,15 @@ def _task_item(item: dict[str, Any]) -> Task:
                 workflow_step=item["workflow_step"], created_at=item["created_at"],
                 summary=StatusSummary(pending_action=item.get("pending_action"),
                                       revision=int(item.get("summary_revision", 0)),
-                                      primary_session_id=item.get("primary_session_id")))
+                                      primary_session_id=item.get("primary_session_id"),
+                                      updated_at=item.get("summary_at") or ""))
 
 
 def _task(rec: TaskRecord) -> Task:
     return Task(id=rec.task_id, workspace_id=rec.workspace_id, title=rec.title,
                 workflow_step=rec.workflow_step, created_at=rec.created_at,
                 summary=StatusSummary(pending_action=rec.pending_action, revision=int(rec.summary_revision or 0),
-                                      primary_session_id=rec.primary_session_id))
+                                      primary_session_id=rec.primary_session_id, updated_at=rec.summary_at or ""))
 
 
 def _state_in(e: Expr, states: Iterable[State]) -> str:

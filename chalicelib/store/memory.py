@@ -41,6 +41,7 @@ class MemoryStore:
         self.events: dict[str, dict[str, tuple[str, Event]]] = {}
         self.meta: dict[str, str] = {}
         self.remembered: dict[str, Remembered] = {}
+        self.tombstones: set[tuple[str, str]] = set()
         self.writes = 0
 
     # ---------------------------------------------------------------- tasks
@@ -59,12 +60,12 @@ class MemoryStore:
                       key=lambda t: t.created_at)
 
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
-                         expected_revision: int) -> Task:
+                         expected_revision: int, at: str = "") -> Task:
         with self._lock:
             task = self.tasks.get(task_id)
             if task is None or task.summary.revision != expected_revision:
                 raise ConditionFailed("the task changed", current=task)
-            new = replace(task, summary=StatusSummary(pending_action, expected_revision + 1, primary_session_id))
+            new = replace(task, summary=StatusSummary(pending_action, expected_revision + 1, primary_session_id, at))
             self.tasks[task_id] = new
             self.writes += 1
             return new
@@ -425,7 +426,7 @@ class MemoryStore:
         key = codec.history_sk_message(message.turn_seq, message.created_at, message.id)
         with self._lock:
             items = self.history.setdefault(message.session_id, {})
-            if key in items:
+            if key in items or (message.session_id, key) in self.tombstones:
                 return False
             items[key] = message
             self.writes += 1
@@ -443,7 +444,11 @@ class MemoryStore:
     def delete_message(self, message: Message) -> bool:
         key = codec.history_sk_message(message.turn_seq, message.created_at, message.id)
         with self._lock:
-            return self.history.get(message.session_id, {}).pop(key, None) is not None
+            removed = self.history.get(message.session_id, {}).pop(key, None) is not None
+            if removed:  # a tombstone: put_message never recreates it
+                self.tombstones.add((message.session_id, key))
+                self.writes += 1
+            return removed
 
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
         items = [v for _, v in sorted(self.history.get(session_id, {}).items())]

@@ -44,6 +44,7 @@ class TaskRecord(Model):
     pending_action = UnicodeAttribute(null=True)
     summary_revision = NumberAttribute(default=0)
     primary_session_id = UnicodeAttribute(null=True)
+    summary_at = UnicodeAttribute(null=True)
     by_workspace = TaskByWorkspace()
 
 
@@ -121,6 +122,8 @@ class HistoryRecord(Model):
     content = UnicodeAttribute(null=True)
     clarification_id = UnicodeAttribute(null=True)
     meta = JSONAttribute(null=True)
+    # A deleted message stays as a tombstone, so a redelivered stream record cannot bring it back.
+    deleted = BooleanAttribute(null=True)
 
 
 class EventRecord(Model):

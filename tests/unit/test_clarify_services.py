@@ -432,7 +432,9 @@ def test_refresh_task_summary__existing_summary_disagrees__repaired_once(w: Worl
     repaired = projection.refresh_task_summary(w.deps, "task-1")
     again = projection.refresh_task_summary(w.deps, "task-1")
 
-    assert repaired is not None and repaired.summary == StatusSummary(None, stale.summary.revision + 1, SID)
+    assert repaired is not None and repaired.summary == StatusSummary(None, stale.summary.revision + 1, SID,
+                                                                      repaired.summary.updated_at)
+    assert repaired.summary.updated_at  # the revision's time: its event's stable position in the feed
     assert again == repaired
     events = [e for _, _, e in w.store.list_events(WS, low_sk="", after_sk="", written_after="", limit=100)]
     assert [(e.type, e.payload["status_summary"]["pending_action"]) for e in events] == [
@@ -447,7 +449,7 @@ class RacingProjector(MemoryStore):
         self.raced = False
 
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
-                         expected_revision: int) -> Task:
+                         expected_revision: int, at: str = "") -> Task:
         if not self.raced:
             self.raced = True
             super().set_task_summary(task_id, pending_action="clarification", primary_session_id="someone-else",

@@ -801,6 +801,9 @@ def s_stream(w: World) -> Ctx:
     a = w.answer(bundle_id)
     w.respond(a)
     ctx["answer"] = a
+    # A question still open when its records are processed: the projection must write the task summary.
+    ctx["waiting"] = w.new_session()
+    w.detached_bundle(ctx["waiting"])
     return ctx
 
 

@@ -1,0 +1,1064 @@
+"""The active clarification lifecycle over real HTTP against the serialised emulator (issue 3, items 1-9).
+
+One stack serves the module; every test works in a workspace of its own. The user side uses a user token
+for that workspace; the agent side is driven by hand with the session's agent token (the simulated agent
+only receives prompts tagged `[hang]`, which keep the turn open without any frames). Stream functions run
+only when a test drains the pump, so every event count below is exact.
+
+Expectations come from spec/clarification-lifecycle.md, ARCHITECTURE.md §3-§6 and API.md; scenario tags
+(O1, D2, E1, G2, P1 ...) refer to reference/kandev-scenarios.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from chalicelib import bootstrap
+from chalicelib.domain import clarify
+from chalicelib.domain.errors import StoreUnavailable
+from chalicelib.domain.model import Event, Session
+from chalicelib.services import clarifications
+from chalicelib.store.dynamo import DynamoStore
+from scripts.local.emulator import EmulatorThread
+from scripts.local.sim_agent import SimAgent
+from scripts.local.stack import LocalStack
+from tests.conftest import ApiClient
+
+QUESTIONS: list[dict[str, Any]] = [
+    {"question_id": "q1", "title": "Database", "prompt": "Which database?",
+     "options": [{"option_id": "pg", "label": "Postgres"}, {"option_id": "my", "label": "MySQL"}]},
+    {"question_id": "q2", "title": "Cache", "prompt": "Which cache?",
+     "options": [{"option_id": "redis", "label": "Redis"}, {"option_id": "none", "label": "No cache"}]},
+]
+ONE_QUESTION = QUESTIONS[:1]
+_message_ids = itertools.count(1)
+
+
+def _question(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"prompt": "Pick one", "options": [{"label": "A"}, {"label": "B"}]}
+    base.update(overrides)
+    return base
+
+
+class Flow:
+    """One workspace of the running stack, driven from both sides (user routes and agent routes)."""
+
+    def __init__(self, stack: LocalStack, workspace: str) -> None:
+        self.stack, self.workspace = stack, workspace
+        self.user = ApiClient(stack.url, stack.user_token(workspace=workspace))
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def store(self) -> DynamoStore:
+        store = bootstrap.deps().store
+        assert isinstance(store, DynamoStore)
+        return store
+
+    def drain(self) -> None:
+        """Run the stream functions over everything written so far (the stack's pump, as `make run` does)."""
+        assert self.stack.pump is not None
+        self.stack.pump.drain()
+
+    def agent(self, session_id: str) -> ApiClient:
+        return ApiClient(self.stack.url, self.stack.agent_token(session_id, workspace=self.workspace))
+
+    # ------------------------------------------------------------------ user side
+    def task(self, title: str = "Refactor") -> str:
+        resp = self.user.post("/tasks", {"title": title})
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["id"])
+
+    def session(self, task_id: str, prompt: str | None = "[hang] start", **extra: Any) -> str:
+        """A session; with a prompt its first turn is open (RUNNING) and the agent stays silent."""
+        body: dict[str, Any] = dict(extra)
+        if prompt is not None:
+            body["prompt"] = prompt
+        resp = self.user.post(f"/tasks/{task_id}/sessions", body)
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["id"])
+
+    def send(self, session_id: str, content: str = "[hang] newer work", client_message_id: str | None = None,
+             ) -> dict[str, Any]:
+        """A user message: accepting it starts a newer turn."""
+        body = {"client_message_id": client_message_id or f"m-{next(_message_ids)}", "content": content}
+        resp = self.user.post(f"/sessions/{session_id}/messages", body)
+        assert resp.status_code == 201, resp.text
+        return dict(resp.json())
+
+    def newer_turn(self, session_id: str, content: str = "[hang] newer work") -> str:
+        """The agent's turn ends (its completion pass runs), then a user message starts a newer turn."""
+        self.complete_turn(session_id)
+        admission = self.send(session_id, content)
+        assert admission["admission"] == "sent", admission  # not queued: it started a turn
+        return str(admission["turn_id"])
+
+    def view(self, session_id: str) -> dict[str, Any]:
+        resp = self.user.get(f"/sessions/{session_id}")
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    def session_list(self, task_id: str) -> list[dict[str, Any]]:
+        resp = self.user.get(f"/tasks/{task_id}/sessions")
+        assert resp.status_code == 200, resp.text
+        return list(resp.json()["sessions"])
+
+    def transcript(self, session_id: str) -> dict[str, Any]:
+        resp = self.user.get(f"/sessions/{session_id}/transcript")
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    def entry(self, cid: str) -> dict[str, Any] | None:
+        """The transcript entry of one bundle (None when it is gone)."""
+        messages = self.transcript(session_of(cid))["messages"]
+        found = [m for m in messages if m.get("clarification_id") == cid]
+        assert len(found) <= 1, found
+        return found[0] if found else None
+
+    def tasks(self) -> dict[str, dict[str, Any]]:
+        resp = self.user.get("/tasks")
+        assert resp.status_code == 200, resp.text
+        return {t["id"]: t for t in resp.json()["tasks"]}
+
+    def summary(self, task_id: str) -> dict[str, Any]:
+        return dict(self.tasks()[task_id]["status_summary"])
+
+    def transition(self, task_id: str, to_step: str = "review") -> requests.Response:
+        return self.user.post(f"/tasks/{task_id}/workflow/transition", {"to_step": to_step})
+
+    def cancel_session(self, session_id: str) -> dict[str, Any]:
+        resp = self.user.post(f"/sessions/{session_id}/cancel")
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    def delete(self, session_id: str, message_id: str) -> requests.Response:
+        return self.user.call("DELETE", f"/sessions/{session_id}/messages/{message_id}")
+
+    # ------------------------------------------------------------------ agent side
+    def ask_raw(self, session_id: str, body: Any) -> requests.Response:
+        return self.agent(session_id).post(f"/agent/sessions/{session_id}/clarifications", body)
+
+    def ask(self, session_id: str, questions: list[dict[str, Any]] | None = None, **extra: Any) -> str:
+        resp = self.ask_raw(session_id, {"questions": questions or ONE_QUESTION, **extra})
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["clarification_id"])
+
+    def detach(self, cid: str) -> list[str]:
+        resp = self.agent(session_of(cid)).post(f"/agent/clarifications/{cid}/detach")
+        assert resp.status_code == 200, resp.text
+        return list(resp.json()["detached_question_ids"])
+
+    def skip(self, cid: str) -> requests.Response:
+        """The user's Skip: reject the exact bundle through the response endpoint."""
+        return self.user.post(f"/clarifications/{cid}/respond", {"rejected": True})
+
+    def withdraw(self, cid: str) -> requests.Response:
+        """The agent cancels its own question."""
+        return self.agent(session_of(cid)).post(f"/agent/clarifications/{cid}/cancel")
+
+    def frames(self, session_id: str, *frames: dict[str, Any]) -> dict[str, Any]:
+        resp = self.agent(session_id).post(f"/agent/sessions/{session_id}/frames", {"frames": list(frames)})
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    def complete_turn(self, session_id: str) -> dict[str, Any]:
+        """The agent reports its current turn complete (a no-op when the turn is already over)."""
+        turn = self.stored(session_id).current_turn
+        return self.frames(session_id, {"type": "turn_completed", "execution_id": "x",
+                                        "turn_id": turn.id if turn else None})
+
+    # ------------------------------------------------------------------ storage
+    def stored(self, session_id: str) -> Session:
+        session = self.store.get_session(session_id)
+        assert session is not None
+        return session
+
+    def rows(self, cid: str) -> dict[str, tuple[str, bool]]:
+        """(status, agent_disconnected) of each row of a bundle as stored."""
+        bundle = self.stored(session_of(cid)).bundle(cid)
+        assert bundle is not None
+        return {r.question.question_id: (r.status, r.agent_disconnected) for r in bundle.rows}
+
+    def raw_update(self, session_id: str, expression: str, path: list[str], value: dict[str, Any] | None = None,
+                   ) -> None:
+        """Write the session item as an old writer or another store would (bypassing the store's code)."""
+        names = {f"#p{i}": part for i, part in enumerate(path)}
+        target = ".".join(names)
+        kwargs: dict[str, Any] = {"ExpressionAttributeNames": names}
+        if value is not None:
+            kwargs["ExpressionAttributeValues"] = {":v": value}
+            update = f"{expression} {target} = :v"
+        else:
+            update = f"{expression} {target}"
+        self.store.client.update_item(TableName=self.store.sessions_table, Key={"session_id": {"S": session_id}},
+                                      UpdateExpression=update, **kwargs)
+
+    def events(self, kind: str | None = None, *, session: str | None = None, task: str | None = None,
+               ) -> list[Event]:
+        rows = self.store.list_events(self.workspace, low_sk="", after_sk="", written_after="", limit=100_000)
+        return [e for _, _, e in rows if (kind is None or e.type == kind)
+                and (session is None or e.session_id == session) and (task is None or e.task_id == task)]
+
+    def updates(self, cid: str) -> list[Event]:
+        """message.updated events published for one bundle."""
+        return [e for e in self.events("message.updated") if e.payload.get("clarification_id") == cid]
+
+
+def session_of(cid: str) -> str:
+    return cid.split(".", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def shared(emulator: EmulatorThread) -> Iterator[tuple[LocalStack, SimAgent]]:
+    """One stack for the module (tables are costly to create); every test works in its own task and sessions."""
+    agent = SimAgent("http://127.0.0.1:9", port=0).start()
+    stack = LocalStack(agentctl_url=agent.url).start(endpoint=emulator.url)
+    agent.api_url = stack.url
+    yield stack, agent
+    agent.stop()
+    stack.stop()
+
+
+@pytest.fixture
+def flow(shared: tuple[LocalStack, SimAgent]) -> Flow:
+    """A fresh workspace per test: task lists and the event feed hold only this test's objects."""
+    return Flow(shared[0], f"ws-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def agent_runtime(shared: tuple[LocalStack, SimAgent]) -> SimAgent:
+    return shared[1]
+
+
+@pytest.fixture
+def waiting(flow: Flow) -> tuple[str, str, str]:
+    """(task, session, bundle): one question pending, live, in the session's open first turn (the agent's
+    ask opened it; tests that need a user prompt first create their session with one)."""
+    task = flow.task()
+    session = flow.session(task, prompt=None)
+    return task, session, flow.ask(session)
+
+
+@pytest.fixture(scope="module")
+def idle_session(shared: tuple[LocalStack, SimAgent]) -> tuple[Flow, str]:
+    """A session nobody writes to successfully: refused requests are checked against it."""
+    flow = Flow(shared[0], f"ws-{uuid.uuid4().hex[:12]}")
+    return flow, flow.session(flow.task(), prompt=None)
+
+
+# ====================================================================== 1. ask
+def test_ask__open_turn__bundle_joins_current_turn_and_session_waits(flow: Flow) -> None:
+    session = flow.session(flow.task())
+    turn = flow.view(session)["current_turn_id"]
+
+    resp = flow.ask_raw(session, {"questions": QUESTIONS, "context": "planning"})
+
+    assert resp.status_code == 201, resp.text
+    body = resp.json()
+    assert body["turn_id"] == turn and body["question_ids"] == ["q1", "q2"]
+    view = flow.view(session)
+    assert (view["state"], view["current_turn_id"], view["pending_action"]) == ("WAITING_FOR_INPUT", turn,
+                                                                               "clarification")
+    entry = flow.entry(body["clarification_id"])
+    assert entry is not None
+    assert (entry["state"], entry["answerable"], entry["agent_disconnected"], entry["turn_id"]) == (
+        "active_live", True, False, turn)
+    assert [(q["question_id"], q["status"], [o["option_id"] for o in q["options"]]) for q in entry["questions"]] == [
+        ("q1", "pending", ["pg", "my"]), ("q2", "pending", ["redis", "none"])]
+
+
+def test_ask__ids_absent__unique_ids_generated(flow: Flow) -> None:
+    session = flow.session(flow.task())
+
+    cid = flow.ask(session, [_question(prompt="First?"), _question(prompt="Second?", options=[
+        {"label": "A"}, {"label": "B"}, {"label": "C"}])])
+
+    entry = flow.entry(cid)
+    assert entry is not None
+    question_ids = [q["question_id"] for q in entry["questions"]]
+    assert len(set(question_ids)) == 2 and all(question_ids)
+    for q in entry["questions"]:
+        option_ids = [o["option_id"] for o in q["options"]]
+        assert len(set(option_ids)) == len(option_ids) and all(option_ids)
+    assert [q["prompt"] for q in entry["questions"]] == ["First?", "Second?"]
+
+
+@pytest.mark.parametrize("questions", [
+    [_question(prompt="Mine?", question_id="q2"), _question(prompt="Generated?")],
+    [_question(options=[{"label": "Generated"}, {"label": "Mine", "option_id": "q1_opt1"}])],
+], ids=["question-ids", "option-ids"])
+def test_ask__some_ids_given_some_absent__generated_ids_never_collide(flow: Flow,
+                                                                    questions: list[dict[str, Any]]) -> None:
+    """Ids are generated only where absent; a generated id must not clash with one the agent chose."""
+    session = flow.session(flow.task(), prompt=None)
+
+    resp = flow.ask_raw(session, {"questions": questions})
+
+    assert resp.status_code == 201, resp.text
+    entry = flow.entry(resp.json()["clarification_id"])
+    assert entry is not None
+    ids = [q["question_id"] for q in entry["questions"]]
+    assert len(set(ids)) == len(ids) == len(questions)
+    for asked, q in zip(questions, entry["questions"], strict=True):
+        if "question_id" in asked:
+            assert q["question_id"] == asked["question_id"]  # the agent's own ids are kept
+        options = [o["option_id"] for o in q["options"]]
+        assert len(set(options)) == len(options)
+        for asked_option, option in zip(asked["options"], q["options"], strict=True):
+            if "option_id" in asked_option:
+                assert option["option_id"] == asked_option["option_id"]
+
+
+def test_ask__no_turn_yet__starts_the_first_turn(flow: Flow) -> None:
+    session = flow.session(flow.task(), prompt=None)
+    assert flow.view(session)["current_turn_id"] is None
+
+    resp = flow.ask_raw(session, {"questions": ONE_QUESTION})
+
+    assert resp.status_code == 201, resp.text
+    view = flow.view(session)
+    assert view["current_turn_id"] == resp.json()["turn_id"] and view["state"] == "WAITING_FOR_INPUT"
+    turns = flow.user.get(f"/sessions/{session}/turns").json()["turns"]
+    assert [(t["id"], t["seq"], t["completed_at"]) for t in turns] == [(resp.json()["turn_id"], 1, None)]
+    assert view["pending_action"] == "clarification"
+
+
+def test_ask__turn_already_completed__starts_a_newer_turn(flow: Flow) -> None:
+    session = flow.session(flow.task())
+    first = flow.view(session)["current_turn_id"]
+    flow.complete_turn(session)
+
+    resp = flow.ask_raw(session, {"questions": ONE_QUESTION})
+
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["turn_id"] != first
+    flow.drain()  # turn history is copied by the stream function
+    assert [t["seq"] for t in flow.user.get(f"/sessions/{session}/turns").json()["turns"]] == [1, 2]
+    assert flow.view(session)["current_turn_id"] == resp.json()["turn_id"]
+
+
+def test_ask__turn_id_is_current__accepted(flow: Flow) -> None:
+    session = flow.session(flow.task())
+    turn = flow.view(session)["current_turn_id"]
+
+    resp = flow.ask_raw(session, {"questions": ONE_QUESTION, "turn_id": turn})
+
+    assert resp.status_code == 201 and resp.json()["turn_id"] == turn
+
+
+@pytest.mark.parametrize("turn", ["older", "unknown"])
+def test_ask__turn_id_not_current__conflict_and_nothing_written(flow: Flow, turn: str) -> None:
+    session = flow.session(flow.task())
+    older = flow.view(session)["current_turn_id"]
+    flow.newer_turn(session)
+    before = flow.stored(session)
+    stale = older if turn == "older" else "no-such-turn"
+
+    resp = flow.ask_raw(session, {"questions": ONE_QUESTION, "turn_id": stale})
+
+    assert resp.status_code == 409, resp.text
+    assert flow.stored(session) == before
+
+
+INVALID_ASKS: list[tuple[str, Any, str]] = [
+    ("not an object", [ONE_QUESTION], "body"),
+    ("no questions", {}, "questions"),
+    ("empty questions", {"questions": []}, "questions"),
+    ("five questions", {"questions": [_question(question_id=f"q{i}") for i in range(5)]}, "questions"),
+    ("question not an object", {"questions": ["which?"]}, "questions[0]"),
+    ("prompt missing", {"questions": [{"options": [{"label": "A"}, {"label": "B"}]}]}, "questions[0].prompt"),
+    ("prompt blank", {"questions": [_question(prompt="   ")]}, "questions[0].prompt"),
+    ("prompt over cap", {"questions": [_question(prompt="x" * 2001)]}, "questions[0].prompt"),
+    ("one option", {"questions": [_question(options=[{"label": "A"}])]}, "questions[0].options"),
+    ("seven options", {"questions": [_question(options=[{"label": str(i)} for i in range(7)])]},
+     "questions[0].options"),
+    ("label missing", {"questions": [_question(options=[{"description": "x"}, {"label": "B"}])]},
+     "questions[0].options[0].label"),
+    ("label over cap", {"questions": [_question(options=[{"label": "y" * 201}, {"label": "B"}])]},
+     "questions[0].options[0].label"),
+    ("duplicate question ids", {"questions": [_question(question_id="q"), _question(question_id="q")]},
+     "questions"),
+    ("duplicate option ids", {"questions": [_question(options=[{"option_id": "o", "label": "A"},
+                                                               {"option_id": "o", "label": "B"}])]},
+     "questions[0].options"),
+    ("second question bad", {"questions": [_question(), _question(options=[])]}, "questions[1].options"),
+    ("context over cap", {"questions": [_question()], "context": "c" * 4001}, "context"),
+    ("turn id malformed", {"questions": [_question()], "turn_id": "not a turn!"}, "turn_id"),
+]
+
+
+@pytest.mark.parametrize("body, field", [(b, f) for _, b, f in INVALID_ASKS], ids=[n for n, _, _ in INVALID_ASKS])
+def test_ask__invalid_body__400_naming_the_field_and_nothing_written(idle_session: tuple[Flow, str], body: Any,
+                                                                     field: str) -> None:
+    flow, session = idle_session
+    before = flow.stored(session)
+
+    resp = flow.ask_raw(session, body)
+
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "validation_error" and error["details"]["field"] == field
+    assert flow.stored(session) == before
+
+
+def test_ask__texts_at_their_caps__accepted(flow: Flow) -> None:
+    session = flow.session(flow.task())
+    question = _question(prompt="p" * 2000, options=[{"label": "l" * 200, "description": "d" * 1000},
+                                                     {"label": "B"}] + [{"label": str(i)} for i in range(4)])
+
+    resp = flow.ask_raw(session, {"questions": [question, *(_question(question_id=f"extra{i}") for i in range(3))],
+                                  "context": "c" * 4000})
+
+    assert resp.status_code == 201, resp.text
+    entry = flow.entry(resp.json()["clarification_id"])
+    assert entry is not None and len(entry["questions"]) == 4
+    assert len(entry["questions"][0]["prompt"]) == 2000 and len(entry["questions"][0]["options"]) == 6
+
+
+def test_ask__terminal_session__unavailable_and_nothing_written(flow: Flow) -> None:
+    session = flow.session(flow.task())
+    flow.cancel_session(session)
+    before = flow.stored(session)
+
+    resp = flow.ask_raw(session, {"questions": ONE_QUESTION})
+
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "session_unavailable"
+    assert flow.stored(session) == before
+
+
+def test_ask__other_sessions_agent_token__not_found(flow: Flow) -> None:
+    task = flow.task()
+    mine, other = flow.session(task), flow.session(task)
+
+    resp = flow.agent(other).post(f"/agent/sessions/{mine}/clarifications", {"questions": ONE_QUESTION})
+
+    assert resp.status_code == 404
+    assert flow.stored(mine).bundles == ()
+
+
+def test_transcript__two_turns_with_questions__entries_in_order(flow: Flow) -> None:
+    session = flow.session(flow.task(), prompt="[hang] first")
+    first = flow.ask(session, QUESTIONS)
+    flow.newer_turn(session, "[hang] second")
+    second = flow.ask(session)
+    flow.drain()
+
+    messages = flow.transcript(session)["messages"]
+
+    assert [(m["type"], m.get("clarification_id") or m["content"]) for m in messages] == [
+        ("message", "[hang] first"), ("clarification", first), ("message", "[hang] second"),
+        ("clarification", second)]
+    assert [m["state"] for m in messages if m["type"] == "clarification"] == ["superseded", "active_live"]
+    assert [q["question_id"] for q in messages[1]["questions"]] == ["q1", "q2"]
+
+
+# ====================================================================== 2-3. derived states and detach
+def test_detach__pending_rows__returned_once_and_published_once(flow: Flow,
+                                                                waiting: tuple[str, str, str]) -> None:
+    _, session, _ = waiting
+    cid = flow.ask(session, QUESTIONS)  # a second, two-question bundle in the same turn
+    flow.drain()
+    version = flow.stored(session).version
+
+    detached = flow.detach(cid)
+
+    assert sorted(detached) == ["q1", "q2"]
+    assert flow.stored(session).version == version + 1
+    entry = flow.entry(cid)
+    assert entry is not None
+    assert (entry["state"], entry["answerable"], entry["agent_disconnected"]) == ("active_detached", True, True)
+    flow.drain()
+    updates = flow.updates(cid)
+    assert len(updates) == 1
+    assert sorted(updates[0].payload["changed_question_ids"]) == ["q1", "q2"]
+    assert updates[0].payload["state"] == "active_detached"
+
+
+def test_detach__repeated__writes_nothing_and_publishes_nothing_more(flow: Flow,
+                                                                     waiting: tuple[str, str, str]) -> None:
+    _, session, cid = waiting
+    assert flow.detach(cid) == ["q1"]
+    flow.drain()
+    before, events = flow.stored(session), flow.events(session=session)
+
+    assert flow.detach(cid) == []
+    assert flow.detach(cid) == []
+
+    flow.drain()
+    assert flow.stored(session) == before
+    assert flow.events(session=session) == events and len(flow.updates(cid)) == 1
+
+
+def test_detach__one_of_two_bundles__only_that_bundle_changes(flow: Flow, waiting: tuple[str, str, str]) -> None:
+    _, session, first = waiting
+    second = flow.ask(session, QUESTIONS)
+    flow.drain()
+
+    assert flow.detach(first) == ["q1"]
+
+    assert flow.rows(second) == {"q1": ("pending", False), "q2": ("pending", False)}
+    flow.drain()
+    assert len(flow.updates(first)) == 1 and flow.updates(second) == []
+
+
+def test_turn_completion__live_bundle__detached_in_the_same_write_and_stays_answerable(
+        flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, session, cid = waiting
+    flow.drain()
+    version = flow.stored(session).version
+
+    result = flow.complete_turn(session)
+
+    assert result["applied"] == 1
+    stored = flow.stored(session)
+    assert stored.version == version + 1
+    assert stored.current_turn is not None and stored.current_turn.completed_at is not None
+    assert flow.rows(cid) == {"q1": ("pending", True)}
+    view = flow.view(session)
+    assert (view["state"], view["pending_action"]) == ("WAITING_FOR_INPUT", "clarification")
+    entry = flow.entry(cid)
+    assert entry is not None and (entry["state"], entry["answerable"]) == ("active_detached", True)
+    assert flow.transition(task).status_code == 409  # G1(b): detached is still a hard barrier
+    flow.drain()
+    assert len(flow.updates(cid)) == 1
+
+
+def test_turn_completion__repeated__no_write_and_no_duplicate_event(flow: Flow,
+                                                                    waiting: tuple[str, str, str]) -> None:
+    _, session, cid = waiting
+    turn = flow.view(session)["current_turn_id"]
+    completion = {"type": "turn_completed", "execution_id": "x", "turn_id": turn}
+    flow.frames(session, completion)
+    flow.drain()
+    before, events = flow.stored(session), flow.events(session=session)
+
+    again = flow.frames(session, completion, {"type": "ready", "execution_id": "x"})
+
+    assert again["applied"] == 0
+    assert flow.detach(cid) == []
+    flow.drain()
+    assert flow.stored(session) == before and flow.events(session=session) == events
+
+
+def test_detach__bundle_of_an_older_turn__nothing_written(flow: Flow, waiting: tuple[str, str, str]) -> None:
+    _, session, cid = waiting
+    flow.newer_turn(session)
+    # A pending, never-detached row (an old writer's): only the turn rule can keep a detach away from it.
+    flow.raw_update(session, "SET", ["bundles", cid, "rows", "q1", "agent_disconnected"], {"BOOL": False})
+    flow.drain()
+    before, published = flow.stored(session), flow.updates(cid)
+
+    assert flow.detach(cid) == []
+
+    assert flow.stored(session) == before
+    flow.drain()
+    assert flow.updates(cid) == published
+
+
+def test_detach__stale_snapshot_taken_before_a_newer_turn__not_written(flow: Flow,
+                                                                       waiting: tuple[str, str, str]) -> None:
+    """D2: a detach that read the aggregate before the newer turn was accepted cannot write its stale view."""
+    _, session, cid = waiting
+    stale = flow.stored(session)
+    assert clarify.detachable_rows(stale, stale.bundles[0]) == ["q1"]
+    flow.newer_turn(session)  # its completion pass detached the bundle, then T2 superseded it
+    flow.raw_update(session, "SET", ["bundles", cid, "rows", "q1", "agent_disconnected"], {"BOOL": False})
+    newer = flow.stored(session)  # now only the turn rule keeps the stale write out
+
+    _, detached = clarifications.detach_bundle(bootstrap.deps(), stale, cid)
+
+    assert detached == []
+    assert flow.stored(session) == newer
+
+
+@pytest.mark.parametrize("stored_flag", [{"BOOL": True}, {"S": "true"}, {"S": "1"}, {"N": "1"}],
+                         ids=["bool", "string-true", "string-1", "number-1"])
+def test_detach__flag_stored_as_a_truthy_variant__already_detached_and_no_write(
+        flow: Flow, waiting: tuple[str, str, str], stored_flag: dict[str, Any]) -> None:
+    _, session, cid = waiting
+    flow.raw_update(session, "SET", ["bundles", cid, "rows", "q1", "agent_disconnected"], stored_flag)
+    flow.drain()
+    before, published = flow.stored(session), flow.updates(cid)
+
+    assert flow.detach(cid) == []
+    flow.complete_turn(session)  # the turn-completion pass must not re-detach it either
+
+    entry = flow.entry(cid)
+    assert entry is not None and (entry["state"], entry["agent_disconnected"]) == ("active_detached", True)
+    assert flow.stored(session).version == before.version + 1  # the completion only
+    flow.drain()
+    assert flow.updates(cid) == published
+
+
+@pytest.mark.parametrize("stored_flag", [{"BOOL": False}, {"S": "false"}, {"S": "0"}, {"N": "0"}, None],
+                         ids=["bool", "string-false", "string-0", "number-0", "absent"])
+def test_detach__flag_stored_as_a_falsy_variant__detached(flow: Flow, waiting: tuple[str, str, str],
+                                                          stored_flag: dict[str, Any] | None) -> None:
+    _, session, cid = waiting
+    path = ["bundles", cid, "rows", "q1", "agent_disconnected"]
+    if stored_flag is None:
+        flow.raw_update(session, "REMOVE", path)
+    else:
+        flow.raw_update(session, "SET", path, stored_flag)
+
+    assert flow.detach(cid) == ["q1"]
+
+    assert flow.rows(cid) == {"q1": ("pending", True)}
+
+
+# ====================================================================== 4. supersede
+@pytest.mark.parametrize("dismiss", ["skip", "delete"])
+def test_o1__older_detached_question__never_reappears_after_a_newer_one_is_dismissed(flow: Flow,
+                                                                                    dismiss: str) -> None:
+    task = flow.task()
+    session = flow.session(task, prompt="[hang] first")
+    p1 = flow.ask(session)
+    assert flow.detach(p1) == ["q1"]  # the wait timed out: P1 detached, still pending
+    flow.newer_turn(session, "[hang] second")  # the turn ends; the user's message starts T2
+    p2 = flow.ask(session)
+    flow.drain()
+    if dismiss == "skip":
+        assert flow.detach(p2) == ["q1"]
+        skipped = flow.skip(p2)
+        assert skipped.status_code == 200, skipped.text
+        assert skipped.json()["status"] == "rejected"
+    else:
+        assert flow.delete(session, p2).status_code == 204
+    flow.complete_turn(session)  # a later turn completes ...
+    flow.newer_turn(session, "[hang] third")
+    flow.complete_turn(session)
+    flow.drain()
+
+    entry = flow.entry(p1)  # ... and the page is reloaded
+    assert entry is not None
+    assert (entry["state"], entry["answerable"], entry["late_answer_allowed"]) == ("superseded", False, True)
+    newer = flow.entry(p2)
+    assert newer is None if dismiss == "delete" else (newer is not None and newer["state"] == "rejected")
+    assert flow.view(session)["pending_action"] is None
+    assert [s["pending_action"] for s in flow.session_list(task)] == [None]
+    assert flow.summary(task)["pending_action"] is None
+    assert flow.transition(task).status_code == 200
+    assert flow.detach(p1) == []
+    assert len(flow.updates(p1)) == 1  # the original detach only: completions never republish P1
+    assert flow.rows(p1) == {"q1": ("pending", True)}  # history keeps its status
+
+
+def test_supersede__newer_turn__older_bundle_stays_history_without_any_projection(
+        flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, session, cid = waiting
+    flow.drain()
+    assert flow.summary(task)["pending_action"] == "clarification"
+
+    flow.newer_turn(session)
+    flow.drain()
+
+    entry = flow.entry(cid)
+    assert entry is not None
+    assert (entry["state"], entry["answerable"], entry["late_answer_allowed"]) == ("superseded", False, True)
+    assert entry["questions"][0]["status"] == "pending"
+    assert flow.view(session)["pending_action"] is None
+    assert flow.summary(task)["pending_action"] is None
+    assert flow.transition(task).status_code == 200
+    assert flow.withdraw(cid).json()["error"]["details"]["reason"] == "superseded"
+
+
+def test_o2__every_message_of_the_newer_turn_deleted__older_question_stays_inert(
+        flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, session, cid = waiting
+    newer_turn = flow.newer_turn(session, "[hang] newer")
+    flow.frames(session, {"type": "message", "execution_id": "x", "turn_id": newer_turn, "content": "working"})
+    flow.drain()
+    newer = [m for m in flow.transcript(session)["messages"] if m["turn_id"] == newer_turn]
+    assert len(newer) == 2
+
+    for message in newer:
+        assert flow.delete(session, message["id"]).status_code == 204
+    flow.drain()
+
+    assert all(m["turn_id"] != newer_turn for m in flow.transcript(session)["messages"])
+    assert flow.view(session)["current_turn_id"] == newer_turn
+    entry = flow.entry(cid)
+    assert entry is not None and (entry["state"], entry["answerable"]) == ("superseded", False)
+    assert flow.view(session)["pending_action"] is None
+    assert flow.summary(task)["pending_action"] is None
+    assert flow.transition(task).status_code == 200
+    assert flow.detach(cid) == []
+
+
+def test_o4__older_turn_row_without_status__stays_inert(flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, session, cid = waiting
+    flow.newer_turn(session)
+    for attribute in ("status", "agent_disconnected"):  # a legacy row: no status, never detached
+        flow.raw_update(session, "REMOVE", ["bundles", cid, "rows", "q1", attribute])
+
+    entry = flow.entry(cid)
+    assert entry is not None and entry["answerable"] is False
+    assert flow.view(session)["pending_action"] is None
+    assert flow.transition(task).status_code == 200
+    assert flow.detach(cid) == []
+
+
+@pytest.mark.parametrize("legacy", ["absent", "empty"])
+def test_o4__current_turn_row_without_status__pending_for_reads_and_writes(flow: Flow,
+                                                                          waiting: tuple[str, str, str],
+                                                                          legacy: str) -> None:
+    task, session, cid = waiting
+    path = ["bundles", cid, "rows", "q1", "status"]
+    if legacy == "absent":
+        flow.raw_update(session, "REMOVE", path)
+    else:
+        flow.raw_update(session, "SET", path, {"S": ""})
+
+    entry = flow.entry(cid)
+    assert entry is not None and (entry["state"], entry["answerable"]) == ("active_live", True)
+    assert flow.transition(task).status_code == 409
+    assert flow.detach(cid) == ["q1"]  # the write's condition agrees with the read
+
+
+def test_o4__current_turn_row_with_unknown_status__never_pending(flow: Flow,
+                                                                waiting: tuple[str, str, str]) -> None:
+    task, session, cid = waiting
+    flow.raw_update(session, "SET", ["bundles", cid, "rows", "q1", "status"], {"S": "mystery"})
+    before = flow.stored(session)
+
+    entry = flow.entry(cid)
+    assert entry is not None and entry["answerable"] is False
+    assert flow.view(session)["pending_action"] is None
+    assert flow.transition(task).status_code == 200
+    assert flow.detach(cid) == [] and flow.stored(session) == before
+
+
+# ====================================================================== 5. terminal expiry
+def test_cancel_session__pending_current_turn_bundle__expired_in_the_same_write(
+        flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, session, cid = waiting
+    assert flow.detach(cid) == ["q1"]
+    second = flow.ask(session, QUESTIONS)
+    flow.drain()
+    version = flow.stored(session).version
+
+    view = flow.cancel_session(session)
+
+    assert view["state"] == "CANCELLED" and view["pending_action"] is None
+    stored = flow.stored(session)
+    assert stored.version == version + 1  # state and expiry: one write
+    assert flow.rows(cid) == {"q1": ("expired", True)}
+    assert {q: s for q, (s, _) in flow.rows(second).items()} == {"q1": "expired", "q2": "expired"}
+    for bundle in (cid, second):
+        entry = flow.entry(bundle)
+        assert entry is not None
+        assert (entry["state"], entry["answerable"], entry["late_answer_allowed"]) == ("expired", False, True)
+    assert flow.transition(task).status_code == 200
+    flow.drain()
+    assert flow.summary(task)["pending_action"] is None
+    expiry = flow.updates(second)
+    assert len(expiry) == 1 and expiry[0].payload["state"] == "expired"
+    # E1: clients never see the terminal state without the expiry; both come from the same version.
+    terminal = [e for e in flow.events("session.updated", session=session) if e.payload["state"] == "CANCELLED"]
+    assert [e.id for e in terminal] == [f"session.updated:{session}:{stored.version}"]
+    assert expiry[0].id == f"message.updated:{second}:{stored.version}"
+
+
+@pytest.mark.parametrize("terminal", ["COMPLETED", "FAILED"])
+def test_terminal_state_frame__pending_bundle__expired(flow: Flow, waiting: tuple[str, str, str],
+                                                       terminal: str) -> None:
+    task, session, cid = waiting
+
+    flow.frames(session, {"type": "state", "execution_id": "x", "state": terminal})
+
+    assert flow.view(session)["state"] == terminal
+    assert flow.rows(cid) == {"q1": ("expired", True)}
+    entry = flow.entry(cid)
+    assert entry is not None and (entry["state"], entry["answerable"]) == ("expired", False)
+    assert flow.transition(task).status_code == 200
+
+
+def test_e2__terminal_session_whose_expiry_write_is_missing__rows_quarantined(
+        flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, session, cid = waiting
+    flow.raw_update(session, "SET", ["state"], {"S": "CANCELLED"})  # terminal, rows still say pending
+    before = flow.stored(session)
+
+    entry = flow.entry(cid)
+    assert entry is not None and entry["answerable"] is False and entry["state"] == "expired"
+    assert flow.view(session)["pending_action"] is None
+    assert flow.transition(task).status_code == 200
+    assert flow.detach(cid) == []
+    assert flow.withdraw(cid).status_code == 409
+    assert flow.stored(session) == before
+
+
+def test_cancel_session__older_superseded_bundle__rows_untouched_and_still_superseded(
+        flow: Flow, waiting: tuple[str, str, str]) -> None:
+    _, session, older = waiting
+    flow.newer_turn(session)
+    current = flow.ask(session)
+    flow.drain()
+    published = flow.updates(older)
+
+    flow.cancel_session(session)
+
+    assert flow.rows(older) == {"q1": ("pending", True)}
+    assert flow.rows(current) == {"q1": ("expired", True)}
+    flow.drain()
+    assert flow.updates(older) == published
+    entry = flow.entry(older)
+    assert entry is not None and entry["answerable"] is False
+    assert entry["state"] == "superseded"  # it was superseded by T2; the cancellation expired only T2's bundle
+
+
+# ====================================================================== 6. isolation
+def test_agent_cancel__one_of_two_bundles__only_that_bundle_cancelled(flow: Flow,
+                                                                      waiting: tuple[str, str, str]) -> None:
+    task, session, first = waiting
+    second = flow.ask(session, QUESTIONS)
+    flow.drain()
+
+    resp = flow.withdraw(first)
+
+    assert resp.status_code == 200 and resp.json()["cancelled_question_ids"] == ["q1"]
+    assert flow.rows(first) == {"q1": ("cancelled", False)}
+    assert flow.rows(second) == {"q1": ("pending", False), "q2": ("pending", False)}
+    entries = {cid: flow.entry(cid) for cid in (first, second)}
+    assert {cid: e["state"] for cid, e in entries.items() if e} == {first: "cancelled", second: "active_live"}
+    assert flow.view(session)["pending_action"] == "clarification"
+    assert flow.transition(task).status_code == 409
+    flow.drain()
+    assert len(flow.updates(first)) == 1 and flow.updates(second) == []
+
+
+def test_agent_cancel__repeated__inactive_conflict_and_nothing_written(flow: Flow,
+                                                                       waiting: tuple[str, str, str]) -> None:
+    _, session, cid = waiting
+    assert flow.withdraw(cid).status_code == 200
+    before = flow.stored(session)
+
+    resp = flow.withdraw(cid)
+
+    assert resp.status_code == 409
+    assert resp.json()["error"]["code"] == "clarification_inactive"
+    assert resp.json()["error"]["details"]["reason"] == "cancelled"
+    assert flow.stored(session) == before
+
+
+def test_delete_message__one_of_two_bundles__only_that_bundle_removed(flow: Flow,
+                                                                      waiting: tuple[str, str, str]) -> None:
+    task, session, first = waiting
+    second = flow.ask(session, QUESTIONS)
+    flow.drain()
+    turn = flow.view(session)["current_turn_id"]
+
+    assert flow.delete(session, first).status_code == 204
+
+    stored = flow.stored(session)
+    assert [b.id for b in stored.bundles] == [second]
+    assert flow.rows(second) == {"q1": ("pending", False), "q2": ("pending", False)}
+    assert flow.entry(first) is None
+    entry = flow.entry(second)
+    assert entry is not None and entry["state"] == "active_live"
+    assert flow.view(session)["current_turn_id"] == turn
+    assert flow.view(session)["pending_action"] == "clarification"
+    flow.drain()
+    assert flow.entry(first) is None
+    assert flow.updates(second) == []
+    assert [e.payload["id"] for e in flow.events("message.deleted", session=session)] == [first]
+    assert flow.delete(session, first).status_code == 404
+
+
+def test_cancel_session__one_of_two_sessions__other_session_untouched(flow: Flow) -> None:
+    task = flow.task()
+    ended, other = flow.session(task), flow.session(task)
+    flow.ask(ended)
+    kept = flow.ask(other)
+    before = flow.stored(other)
+
+    flow.cancel_session(ended)
+
+    assert flow.stored(other) == before
+    assert flow.view(other)["pending_action"] == "clarification"
+    entry = flow.entry(kept)
+    assert entry is not None and entry["state"] == "active_live"
+    assert flow.transition(task).status_code == 409
+
+
+# ====================================================================== 7. clarification pause
+def _silent_cancels(sim: SimAgent, session: str) -> list[dict[str, Any]]:
+    return [e for e in sim.events() if e["kind"] == "cancel" and e["session_id"] == session and e["silent"]]
+
+
+def test_pause_for_input__snapshotted_turn_still_current__detached_then_silently_cancelled(
+        flow: Flow, agent_runtime: SimAgent, waiting: tuple[str, str, str]) -> None:
+    _, session, cid = waiting
+    snapshot = flow.stored(session)
+    assert snapshot.current_turn is not None
+
+    cancelled = clarifications.pause_for_input(bootstrap.deps(), snapshot, cid, snapshot.current_turn.id)
+
+    assert cancelled is True
+    assert flow.rows(cid) == {"q1": ("pending", True)}
+    assert len(_silent_cancels(agent_runtime, session)) == 1
+    assert _silent_cancels(agent_runtime, session)[0]["execution_id"] == snapshot.execution_id
+
+
+def test_pause_for_input__newer_turn_accepted_meanwhile__no_cancel_and_nothing_detached(
+        flow: Flow, agent_runtime: SimAgent, waiting: tuple[str, str, str]) -> None:
+    """D3: the stale pause must not cancel the turn that was created while it was detaching."""
+    _, session, cid = waiting
+    snapshot = flow.stored(session)
+    assert snapshot.current_turn is not None
+    flow.newer_turn(session)
+    newer = flow.stored(session)
+
+    cancelled = clarifications.pause_for_input(bootstrap.deps(), snapshot, cid, snapshot.current_turn.id)
+
+    assert cancelled is False
+    assert _silent_cancels(agent_runtime, session) == []
+    assert flow.stored(session) == newer
+
+
+# ====================================================================== 8. workflow guard
+def test_transition__active_live_question__blocked_with_pending_clarification(
+        flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, _, _ = waiting
+
+    resp = flow.transition(task)
+
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "pending_clarification"
+    assert flow.user.get(f"/tasks/{task}").json()["workflow_step"] == "todo"
+
+
+def test_transition__detached_current_turn_question__still_blocked(flow: Flow,
+                                                                   waiting: tuple[str, str, str]) -> None:
+    task, _, cid = waiting
+    flow.detach(cid)
+
+    resp = flow.transition(task)
+
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "pending_clarification"
+
+
+def test_transition__question_in_a_secondary_session__blocked(flow: Flow) -> None:
+    task = flow.task()
+    flow.session(task, prompt=None)
+    secondary = flow.session(task)
+    flow.ask(secondary)
+
+    resp = flow.transition(task)
+
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "pending_clarification"
+
+
+def test_transition__no_active_question__moves_the_step(flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, session, _ = waiting
+    flow.newer_turn(session)
+
+    resp = flow.transition(task, "review")
+
+    assert resp.status_code == 200 and resp.json()["workflow_step"] == "review"
+
+
+class _SessionsUnreadable:
+    """The live store, except that reading a task's sessions fails."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def list_sessions(self, task_id: str) -> list[Session]:
+        raise StoreUnavailable("injected: the sessions index is unreachable")
+
+
+def test_transition__authority_read_fails__blocked_fail_closed(flow: Flow) -> None:
+    task = flow.task()
+    flow.session(task)  # no question anywhere: only the failed read can block
+    real = bootstrap.deps()
+    bootstrap.override(dataclasses.replace(real, store=_SessionsUnreadable(real.store)))
+    try:
+        resp = flow.transition(task)
+    finally:
+        bootstrap.override(real)
+
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "pending_clarification"
+    assert flow.user.get(f"/tasks/{task}").json()["workflow_step"] == "todo"
+    assert flow.transition(task).status_code == 200  # and the read recovering opens it again
+
+
+# ====================================================================== 9. projections
+def test_secondary_session_question__session_and_task_pending_action(flow: Flow) -> None:
+    task = flow.task()
+    primary = flow.session(task, prompt="[hang] primary")
+    secondary = flow.session(task, prompt="[hang] secondary")
+    flow.drain()
+    clean = flow.summary(task)
+
+    flow.ask(secondary)
+    flow.drain()
+
+    assert flow.view(secondary)["pending_action"] == "clarification"
+    assert flow.view(primary)["pending_action"] is None
+    listed = flow.session_list(task)
+    assert [(s["id"], s["is_primary"], s["pending_action"]) for s in listed] == [
+        (secondary, False, "clarification"), (primary, True, None)]
+    summary = flow.summary(task)
+    assert summary["pending_action"] == "clarification" and summary["primary_session_id"] == primary
+    assert summary["revision"] > clean["revision"]
+    published = [e.payload["status_summary"] for e in flow.events("task.status_summary.updated")
+                 if e.task_id == task]
+    assert published[-1] == summary
+
+
+def test_task_summary__question_superseded__cleared_with_a_newer_revision(flow: Flow,
+                                                                          waiting: tuple[str, str, str]) -> None:
+    task, session, _ = waiting
+    flow.drain()
+    pending = flow.summary(task)
+    assert pending["pending_action"] == "clarification"
+
+    flow.newer_turn(session)
+    flow.drain()
+
+    cleared = flow.summary(task)
+    assert cleared["pending_action"] is None and cleared["revision"] > pending["revision"]
+
+
+def test_list_tasks__stored_summary_claims_a_stale_question__repaired_and_published(
+        flow: Flow, waiting: tuple[str, str, str]) -> None:
+    task, session, _ = waiting
+    flow.newer_turn(session)
+    flow.drain()
+    stored = flow.store.get_task(task)
+    assert stored is not None and stored.summary.pending_action is None
+    stale = flow.store.set_task_summary(task, pending_action="clarification",
+                                        primary_session_id=stored.summary.primary_session_id,
+                                        expected_revision=stored.summary.revision)
+
+    summary = flow.summary(task)
+
+    assert summary["pending_action"] is None and summary["revision"] == stale.summary.revision + 1
+    published = [e.payload["status_summary"] for e in flow.events("task.status_summary.updated")
+                 if e.task_id == task]
+    assert published[-1] == summary
+    assert flow.summary(task) == summary  # a second read finds nothing to repair
+    assert len(flow.events("task.status_summary.updated", task=task)) == len(published)
+
+
+def test_list_tasks__stored_summary_misses_a_real_question__repaired(flow: Flow,
+                                                                     waiting: tuple[str, str, str]) -> None:
+    task, _, _ = waiting
+    flow.drain()
+    stored = flow.store.get_task(task)
+    assert stored is not None and stored.summary.pending_action == "clarification"
+    flow.store.set_task_summary(task, pending_action=None, primary_session_id=stored.summary.primary_session_id,
+                                expected_revision=stored.summary.revision)
+
+    summary = flow.summary(task)
+
+    assert summary["pending_action"] == "clarification"
+    assert summary["revision"] == stored.summary.revision + 2
