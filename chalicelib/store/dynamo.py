@@ -343,6 +343,8 @@ class DynamoStore:
                 e.set(e.path("current_turn"), codec.turn_to_item(reservation.predecessor))
                 e.set(e.path("turn_seq"), reservation.predecessor.seq)
                 e.set(e.path("state"), State.WAITING_FOR_INPUT.value)
+                # the predecessor's prompt generation owns the session again (its ready frame completes it)
+                e.set(e.path("generation"), reservation.generation - 1)
             else:
                 e.cond(f"{e.path('current_turn', 'id')} = {e.path('bundles', b, 'turn_id')}")
             e.remove(e.path("reservation"))

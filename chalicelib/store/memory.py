@@ -259,7 +259,7 @@ class MemoryStore:
                 s = replace(s, reservation=None)
                 if reservation.attempted:
                     s = replace(s, current_turn=reservation.predecessor, turn_seq=reservation.predecessor.seq,
-                                state=State.WAITING_FOR_INPUT)
+                                state=State.WAITING_FOR_INPUT, generation=reservation.generation - 1)
             return s
         return self._update(session_id, cond, change, at)
 

@@ -1,0 +1,121 @@
+"""A predecessor's delayed `ready` frame overlapping a detached answer's reservation (issue 5 item 2, R6).
+
+It waits for the reservation to resolve, then revalidates the prompt generation: it never completes the
+reserved successor; after a rollback the predecessor's generation completes normally (the predecessor is not
+stranded); a generationless frame that overlapped is dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from chalicelib.domain.model import Delivery, Dispatch, Prompt, Reservation, Session
+from chalicelib.services import frames
+from chalicelib.services.resume import rollback
+from tests.unit.test_responses_unit import World, make_world
+
+
+@pytest.fixture
+def w() -> World:
+    return make_world()
+
+
+def _running_with_detached_question(w: World) -> tuple[Session, str]:
+    """The agent's turn T1 is still open (generation 1); its question is detached."""
+    sid, cid = w.detached()
+    s = w.get(sid)
+    assert s.current_turn is not None and s.current_turn.open and s.generation == 1
+    return s, cid
+
+
+def _reserve(w: World, s: Session, cid: str, *, attempted: bool) -> tuple[Reservation, Delivery]:
+    """A detached answer's claim + reservation, as the responder writes them (optionally also attempted)."""
+    assert s.current_turn is not None
+    now = w.deps.now()
+    reservation = Reservation(turn_id="T2", seq=s.turn_seq + 1, predecessor=s.current_turn, bundle_id=cid,
+                              bundle_turn_id=s.current_turn.id, row_ids=("q1", "q2"),
+                              generation=s.generation + 1, created_at=now, deadline=now)
+    delivery = Delivery("d1", ("q1", "q2"), "answered", "detached", now, now)
+    answers = {q: {"question_id": q, "selected_options": [], "custom_text": "x"} for q in ("q1", "q2")}
+    w.store.claim(s.id, cid, answers, status="answered", delivery=delivery, reservation=reservation, at=now)
+    if attempted:
+        prompt = Prompt("p2", "resume-d1", "T2", "answer", "system:clarification", now, reservation.generation,
+                        Dispatch.ATTEMPTED, now)
+        w.store.mark_attempted(s.id, reservation, prompt, at=now)
+        reservation = replace(reservation, attempted=True)
+    return reservation, delivery
+
+
+def _ready(w: World, s: Session, **overrides: Any) -> frames.FrameResult:
+    frame = {"type": "ready", "execution_id": s.execution_id, "prompt_generation": s.generation,
+             "turn_id": s.current_turn.id if s.current_turn else None, **overrides}
+    return frames.apply_frames(w.deps, w.caller(s.id), s.id, {"frames": [frame]})
+
+
+def test_ready__reservation_rolls_back_while_it_waits__predecessor_completes_normally(w: World) -> None:
+    s, cid = _running_with_detached_question(w)
+    reservation, delivery = _reserve(w, s, cid, attempted=False)
+    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery, "answered"))
+
+    result = _ready(w, s)
+
+    after = w.get(s.id)
+    assert result.applied == 1 and w.sleeper.calls >= 1  # it waited, then completed
+    assert after.current_turn is not None and after.current_turn.id == s.current_turn.id  # type: ignore[union-attr]
+    assert after.current_turn.completed_at is not None and after.reservation is None
+    assert [r.status for r in w.bundle(cid).rows] == ["pending", "pending"]  # the answer is retryable
+
+
+def test_ready__attempted_reservation_accepted_while_it_waits__successor_never_completed(w: World) -> None:
+    s, cid = _running_with_detached_question(w)
+    reservation, delivery = _reserve(w, s, cid, attempted=True)
+    w.sleeper.at(1, lambda: w.store.finish_reservation(s.id, reservation, bundle_id=cid, delivery_id="d1",
+                                                       result="resumed", dispatch=Dispatch.ACCEPTED,
+                                                       at=w.deps.now()))
+
+    result = _ready(w, s)  # the predecessor's frame: generation 1, turn T1
+
+    after = w.get(s.id)
+    assert result.applied == 0
+    assert after.current_turn is not None and after.current_turn.id == "T2" and after.current_turn.open
+    assert after.generation == 2 and after.state.value == "RUNNING"
+
+
+def test_ready__attempted_reservation_rolled_back_while_it_waits__predecessor_generation_completes(
+        w: World) -> None:
+    s, cid = _running_with_detached_question(w)
+    reservation, delivery = _reserve(w, s, cid, attempted=True)
+    assert w.get(s.id).generation == 2
+    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery, "answered"))
+
+    result = _ready(w, s)
+
+    after = w.get(s.id)
+    assert result.applied == 1
+    assert after.generation == 1 and after.current_turn is not None
+    assert after.current_turn.id == s.current_turn.id and after.current_turn.completed_at  # type: ignore[union-attr]
+
+
+def test_ready__generationless_frame_overlapping_a_reservation__dropped_even_after_rollback(w: World) -> None:
+    s, cid = _running_with_detached_question(w)
+    reservation, delivery = _reserve(w, s, cid, attempted=False)
+    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery, "answered"))
+
+    result = _ready(w, s, prompt_generation=None, turn_id=None)
+
+    after = w.get(s.id)
+    assert result.applied == 0
+    assert after.current_turn is not None and after.current_turn.open  # ownership could not be proven
+
+
+def test_ready__reservation_unresolved_past_the_bounded_wait__dropped_without_a_write(w: World) -> None:
+    s, cid = _running_with_detached_question(w)
+    _reserve(w, s, cid, attempted=True)
+    writes = w.store.writes
+
+    result = _ready(w, s)
+
+    assert result.applied == 0 and w.store.writes == writes
+    assert w.sleeper.slept >= w.deps.settings.reservation_wait
