@@ -12,6 +12,13 @@ from ..domain.rules import PENDING
 from .expr import Expr
 
 
+def turn_is(e: Expr, turn_id: str | None) -> str:
+    """Turn authority: the pointer is still the turn the caller saw (None: the session has no turn yet)."""
+    if turn_id is None:
+        return f"attribute_not_exists({e.path('current_turn')})"
+    return f"{e.path('current_turn', 'id')} = {e.value(turn_id)}"
+
+
 def bundle_current(e: Expr, bundle_id: str) -> str:
     """The bundle belongs to the session's current turn (attribute-to-attribute comparison)."""
     return f"{e.path('current_turn', 'id')} = {e.path('bundles', bundle_id, 'turn_id')}"

@@ -165,11 +165,7 @@ class DynamoStore:
     def start_turn(self, session_id: str, *, expected_turn_id: str | None, from_states: Iterable[State],
                    turn: Turn, prompt: Prompt | None, state: State, at: str) -> Session:
         e = Expr()
-        # Turn authority: the pointer moves only from the turn the caller saw.
-        if expected_turn_id is None:
-            e.cond(f"attribute_not_exists({e.path('current_turn')})")
-        else:
-            e.cond(f"{e.path('current_turn', 'id')} = {e.value(expected_turn_id)}")
+        e.cond(c.turn_is(e, expected_turn_id))
         # The state machine: only states that can start a turn.
         e.cond(_state_in(e, from_states))
         e.set(e.path("current_turn"), codec.turn_to_item(turn))
@@ -234,10 +230,7 @@ class DynamoStore:
     def add_bundle(self, session_id: str, bundle: Bundle, *, expected_turn_id: str | None, new_turn: Turn | None,
                    from_states: Iterable[State], state: State, at: str) -> Session:
         e = Expr()
-        if expected_turn_id is None:
-            e.cond(f"attribute_not_exists({e.path('current_turn')})")
-        else:
-            e.cond(f"{e.path('current_turn', 'id')} = {e.value(expected_turn_id)}")
+        e.cond(c.turn_is(e, expected_turn_id))
         if new_turn is None:
             # The bundle joins the open current turn.
             e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
@@ -474,10 +467,7 @@ class DynamoStore:
               from_states: Iterable[State], link_bundle: str | None, remember: Remembered | None,
               queue_cap: int, at: str) -> Session:
         e = Expr()
-        if expected_turn_id is None:
-            e.cond(f"attribute_not_exists({e.path('current_turn')})")
-        else:
-            e.cond(f"{e.path('current_turn', 'id')} = {e.value(expected_turn_id)}")
+        e.cond(c.turn_is(e, expected_turn_id))
         e.cond(_state_in(e, from_states))
         if start is not None:
             if expected_turn_id is not None:  # a send never cuts into an open turn
@@ -532,10 +522,8 @@ class DynamoStore:
     def start_from_queue(self, session_id: str, *, expected_turn_id: str | None, turn: Turn, head: Prompt,
                          at: str) -> Session:
         e = Expr()
-        if expected_turn_id is None:
-            e.cond(f"attribute_not_exists({e.path('current_turn')})")
-        else:
-            e.cond(f"{e.path('current_turn', 'id')} = {e.value(expected_turn_id)}")
+        e.cond(c.turn_is(e, expected_turn_id))
+        if expected_turn_id is not None:  # the drain never cuts into an open turn
             e.cond(f"attribute_exists({e.path('current_turn', 'completed_at')})")
         e.cond(c.not_terminal(e))
         e.cond(f"{e.path('queue')}[0].{e.path('message_id')} = {e.value(head.message_id)}")
