@@ -113,7 +113,7 @@ def main() -> int:
         wait_for(lambda: _answers(api_url + "/api/v1/health", 200), "readiness")
         from chalicelib.auth.tokens import mint
         token = mint(bootstrap.auth_secret(), sub="local-user", role="user", workspace_id=args.workspace)
-        print(f"\nClarify is ready: {api_url}/api/v1  (web client: {api_url}/)\n"
+        print(f"\nClarify is ready: {api_url}/api/v1\nweb client: {api_url}/#token={token}\n"
               f"user token (workspace {args.workspace}):\n{token}\n", flush=True)
         while not stopping:
             dead = sup.dead()
