@@ -43,6 +43,17 @@ def stack(emulator: EmulatorThread, sim: SimAgent) -> Iterator[LocalStack]:
     st.stop()
 
 
+@pytest.fixture(scope="module")
+def shared(emulator: EmulatorThread) -> Iterator[tuple[LocalStack, SimAgent]]:
+    """One stack per test module (tables are costly to create); its tests work in their own tasks."""
+    agent = SimAgent("http://127.0.0.1:9", port=0).start()
+    stack = LocalStack(agentctl_url=agent.url).start(endpoint=emulator.url)
+    agent.api_url = stack.url
+    yield stack, agent
+    agent.stop()
+    stack.stop()
+
+
 class ApiClient:
     """A thin HTTP client bound to one bearer token."""
 

@@ -190,11 +190,7 @@ class DynamoStore:
         else:
             e.remove(e.path("prompt", "deadline"))
         if close_turn_id is not None:
-            e.cond(f"{e.path('current_turn', 'id')} = {e.value(close_turn_id)}")
-            e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
-            e.cond(f"{e.path('state')} = {e.value(State.RUNNING.value)}")
-            e.set(e.path("current_turn", "completed_at"), at)
-            e.set(e.path("state"), State.IDLE.value)
+            _complete(e, close_turn_id, State.RUNNING, State.IDLE, at)
         _set_deadline(e, deadline)
         _touch(e, at)
         return self._update(session_id, e)
@@ -202,12 +198,7 @@ class DynamoStore:
     def complete_turn(self, session_id: str, turn_id: str, *, from_state: State, to_state: State,
                       at: str) -> Session:
         e = Expr()
-        # Only the turn the agent reported, and only once.
-        e.cond(f"{e.path('current_turn', 'id')} = {e.value(turn_id)}")
-        e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
-        e.cond(f"{e.path('state')} = {e.value(from_state.value)}")
-        e.set(e.path("current_turn", "completed_at"), at)
-        e.set(e.path("state"), to_state.value)
+        _complete(e, turn_id, from_state, to_state, at)
         _touch(e, at)
         return self._update(session_id, e)
 
@@ -257,11 +248,7 @@ class DynamoStore:
                 e.set(e.path("bundles", bundle_id, "rows", q, "agent_disconnected"), True)
         if complete_turn_id is not None:
             assert from_state is not None and to_state is not None
-            e.cond(f"{e.path('current_turn', 'id')} = {e.value(complete_turn_id)}")
-            e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
-            e.cond(f"{e.path('state')} = {e.value(from_state.value)}")
-            e.set(e.path("current_turn", "completed_at"), at)
-            e.set(e.path("state"), to_state.value)
+            _complete(e, complete_turn_id, from_state, to_state, at)
         _touch(e, at)
         return self._update(session_id, e)
 
@@ -696,6 +683,15 @@ def _state_in(e: Expr, states: Iterable[State]) -> str:
 def _touch(e: Expr, at: str) -> None:
     e.set(e.path("updated_at"), at)
     e.set_raw(f"{e.path('version')} = {e.path('version')} + {e.value(1)}")
+
+
+def _complete(e: Expr, turn_id: str, from_state: State, to_state: State, at: str) -> None:
+    """Complete `turn_id` only if it is the open current turn and the session is in `from_state`: once."""
+    e.cond(f"{e.path('current_turn', 'id')} = {e.value(turn_id)}")
+    e.cond(f"attribute_not_exists({e.path('current_turn', 'completed_at')})")
+    e.cond(f"{e.path('state')} = {e.value(from_state.value)}")
+    e.set(e.path("current_turn", "completed_at"), at)
+    e.set(e.path("state"), to_state.value)
 
 
 def _set_deadline(e: Expr, deadline: str | None) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +24,6 @@ from chalicelib.domain.errors import StoreUnavailable
 from chalicelib.domain.model import Event, Session
 from chalicelib.services import clarifications
 from chalicelib.store.dynamo import DynamoStore
-from scripts.local.emulator import EmulatorThread
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.conftest import ApiClient
@@ -211,17 +209,6 @@ class Flow:
 
 def session_of(cid: str) -> str:
     return cid.split(".", 1)[0]
-
-
-@pytest.fixture(scope="module")
-def shared(emulator: EmulatorThread) -> Iterator[tuple[LocalStack, SimAgent]]:
-    """One stack for the module (tables are costly to create); every test works in its own task and sessions."""
-    agent = SimAgent("http://127.0.0.1:9", port=0).start()
-    stack = LocalStack(agentctl_url=agent.url).start(endpoint=emulator.url)
-    agent.api_url = stack.url
-    yield stack, agent
-    agent.stop()
-    stack.stop()
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ import requests
 from chalicelib import bootstrap
 from chalicelib.agentctl.client import CancelRequest, PromptOutcome, PromptRequest
 from chalicelib.domain.model import State
-from scripts.local.emulator import EmulatorThread
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack, make_pump
 from tests.conftest import ApiClient
@@ -96,16 +95,6 @@ class Messages(Flow):
 
 def late(cid: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"clarification_id": cid, "answers": (body or answer("pg", "redis", "v7"))["answers"]}
-
-
-@pytest.fixture(scope="module")
-def shared(emulator: EmulatorThread) -> Iterator[tuple[LocalStack, SimAgent]]:
-    agent = SimAgent("http://127.0.0.1:9", port=0).start()
-    stack = LocalStack(agentctl_url=agent.url).start(endpoint=emulator.url)
-    agent.api_url = stack.url
-    yield stack, agent
-    agent.stop()
-    stack.stop()
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ from chalicelib.domain.model import Event, Session
 from chalicelib.functions import reconciler
 from chalicelib.services.deps import Settings
 from chalicelib.store.dynamo import DynamoStore
-from scripts.local.emulator import EmulatorThread
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack, make_pump
 from tests.conftest import ApiClient
@@ -236,17 +235,6 @@ def error(resp: requests.Response) -> dict[str, Any]:
     body = resp.json()
     assert "error" in body, body
     return dict(body["error"])
-
-
-@pytest.fixture(scope="module")
-def shared(emulator: EmulatorThread) -> Iterator[tuple[LocalStack, SimAgent]]:
-    """One stack for the module (tables are costly to create); each test works in its own sessions."""
-    agent = SimAgent("http://127.0.0.1:9", port=0).start()
-    stack = LocalStack(agentctl_url=agent.url).start(endpoint=emulator.url)
-    agent.api_url = stack.url
-    yield stack, agent
-    agent.stop()
-    stack.stop()
 
 
 @pytest.fixture
