@@ -859,3 +859,23 @@ def test_dismiss__superseded_bundle__hidden_for_this_user_only_and_nothing_sent(
 
     assert w.bundle(cid).dismissed_by == ("user-1",)
     assert w.rows(cid) == rows and len(w.agent.prompts) == prompts and w.agent.cancels == []
+
+
+def test_respond__restore_then_summary_refresh_fails__rows_still_published_and_error_reported(w: World) -> None:
+    """Restored rows are published after the commit even when the task-summary acknowledgement fails."""
+    sid, cid = w.waiting()
+
+    def summary_down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("summary table unavailable")
+    w.store.set_task_summary = summary_down  # type: ignore[method-assign]
+
+    with pytest.raises(DispatchFailed) as failed:
+        w.respond(cid, ANSWER)  # nobody confirms: the claim is restored, detached
+
+    assert failed.value.retryable and failed.value.details["restored"] is True
+    assert "summary table unavailable" in failed.value.details["summary_error"]
+    assert w.rows(cid) == {"q1": ("pending", True, None), "q2": ("pending", True, None)}
+    published = [e for _, _, e in w.store.list_events("ws-1", low_sk="", after_sk="", written_after="",
+                                                       limit=500) if e.type == "message.updated"]
+    assert published and published[-1].payload["clarification_id"] == cid
+    assert published[-1].payload["state"] == "active_detached"
