@@ -4,7 +4,7 @@ Everything here is a pure function of the aggregate; the store turns the same de
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -136,24 +136,18 @@ def pending_rows(session: Session, bundle: Bundle) -> list[str]:
     return [r.question.question_id for r in bundle.rows if row_pending(r)]
 
 
+def _per_bundle(session: Session, rows_of: Callable[[Session, Bundle], list[str]]) -> dict[str, list[str]]:
+    return {b.id: rows for b in session.bundles if (rows := rows_of(session, b))}
+
+
 def current_turn_pending(session: Session) -> dict[str, list[str]]:
     """Pending rows of every active bundle: what a terminal transition expires."""
-    out = {}
-    for bundle in session.bundles:
-        rows = pending_rows(session, bundle)
-        if rows:
-            out[bundle.id] = rows
-    return out
+    return _per_bundle(session, pending_rows)
 
 
 def current_turn_detachable(session: Session) -> dict[str, list[str]]:
     """What the turn-completion detach pass changes."""
-    out = {}
-    for bundle in session.bundles:
-        rows = detachable_rows(session, bundle)
-        if rows:
-            out[bundle.id] = rows
-    return out
+    return _per_bundle(session, detachable_rows)
 
 
 __all__ = ["PENDING", "clarification_id", "session_of", "parse_questions", "derived_state", "detachable_rows",
