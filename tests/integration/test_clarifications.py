@@ -23,10 +23,10 @@ from chalicelib.domain import clarify
 from chalicelib.domain.errors import StoreUnavailable
 from chalicelib.domain.model import Event, Session
 from chalicelib.services import clarifications
-from chalicelib.store.dynamo import DynamoStore
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.conftest import ApiClient
+from tests.support.stored import StoredState
 
 QUESTIONS: list[dict[str, Any]] = [
     {"question_id": "q1", "title": "Database", "prompt": "Which database?",
@@ -44,7 +44,7 @@ def _question(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-class Flow:
+class Flow(StoredState):
     """One workspace of the running stack, driven from both sides (user routes and agent routes)."""
 
     def __init__(self, stack: LocalStack, workspace: str) -> None:
@@ -52,12 +52,6 @@ class Flow:
         self.user = ApiClient(stack.url, stack.user_token(workspace=workspace))
 
     # ------------------------------------------------------------------ plumbing
-    @property
-    def store(self) -> DynamoStore:
-        store = bootstrap.deps().store
-        assert isinstance(store, DynamoStore)
-        return store
-
     def drain(self) -> None:
         """Run the stream functions over everything written so far (the stack's pump, as `make run` does)."""
         assert self.stack.pump is not None
@@ -171,17 +165,6 @@ class Flow:
                                         "turn_id": turn.id if turn else None})
 
     # ------------------------------------------------------------------ storage
-    def stored(self, session_id: str) -> Session:
-        session = self.store.get_session(session_id)
-        assert session is not None
-        return session
-
-    def rows(self, cid: str) -> dict[str, tuple[str, bool]]:
-        """(status, agent_disconnected) of each row of a bundle as stored."""
-        bundle = self.stored(session_of(cid)).bundle(cid)
-        assert bundle is not None
-        return {r.question.question_id: (r.status, r.agent_disconnected) for r in bundle.rows}
-
     def raw_update(self, session_id: str, expression: str, path: list[str], value: dict[str, Any] | None = None,
                    ) -> None:
         """Write the session item as an old writer or another store would (bypassing the store's code)."""

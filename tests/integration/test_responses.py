@@ -23,13 +23,13 @@ import pytest
 import requests
 
 from chalicelib import bootstrap
-from chalicelib.domain.model import Event, Session
+from chalicelib.domain.model import Event
 from chalicelib.functions import reconciler
 from chalicelib.services.deps import Settings
-from chalicelib.store.dynamo import DynamoStore
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack, make_pump
 from tests.conftest import ApiClient
+from tests.support.stored import StoredState
 
 WORKSPACE = "ws-1"
 QUESTIONS: list[dict[str, Any]] = [
@@ -56,19 +56,13 @@ SKIP = {"rejected": True, "reject_reason": "not now"}
 _ids = itertools.count(1)
 
 
-class Flow:
+class Flow(StoredState):
     """The running stack, driven from both sides (user routes and agent routes)."""
 
     def __init__(self, stack: LocalStack, sim: SimAgent, user: ApiClient) -> None:
         self.stack, self.sim, self.user = stack, sim, user
 
     # ------------------------------------------------------------------ plumbing
-    @property
-    def store(self) -> DynamoStore:
-        store = bootstrap.deps().store
-        assert isinstance(store, DynamoStore)
-        return store
-
     def drain(self) -> None:
         # A fresh pump per drain, resuming from the stored checkpoints: a long-lived pump keeps shard iterators
         # that a cancelled transaction orphans in the emulator (pinned in test_messages.py, last test).
@@ -163,16 +157,6 @@ class Flow:
         return str(sent["turn_id"])
 
     # ------------------------------------------------------------------ storage and the agent's log
-    def stored(self, session_id: str) -> Session:
-        session = self.store.get_session(session_id)
-        assert session is not None
-        return session
-
-    def rows(self, cid: str) -> dict[str, tuple[str, bool]]:
-        bundle = self.stored(session_of(cid)).bundle(cid)
-        assert bundle is not None
-        return {r.question.question_id: (r.status, r.agent_disconnected) for r in bundle.rows}
-
     def prompts(self, session_id: str) -> list[dict[str, Any]]:
         return [e for e in self.sim.events() if e["kind"] == "prompt" and e["session_id"] == session_id]
 
