@@ -6,12 +6,15 @@ from typing import Any, cast
 
 from chalice import AuthResponse, Chalice, Rate
 
-from chalicelib.api import static, views
+from chalicelib.api import static
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
 from chalicelib.auth.tokens import Caller, verify
 from chalicelib.bootstrap import auth_secret, deps
+from chalicelib.domain import commands
+from chalicelib.domain import public as views
 from chalicelib.domain import validation as v
+from chalicelib.domain.clarify import dismissal_key
 from chalicelib.domain.errors import Unauthorized
 from chalicelib.functions import reconciler, streams
 from chalicelib.services import (
@@ -79,7 +82,7 @@ def web_file(name: str) -> Any:
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def create_task(d: Deps, caller: Caller) -> tuple[int, Any]:
-    return 201, views.task_view(tasks.create_task(d, caller, api.body()))
+    return 201, views.task_view(tasks.create_task(d, caller, commands.create_task(api.body())))
 
 
 @app.route(V1 + "/tasks", methods=["GET"], authorizer=bearer)
@@ -99,7 +102,7 @@ def get_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def create_session(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
-    created = sessions.create_session(d, caller, task_id, api.body())
+    created = sessions.create_session(d, caller, task_id, commands.create_session(api.body()))
     body = views.session_view(created.session)
     if created.admission:
         body["admission"] = created.admission.as_dict()
@@ -129,7 +132,7 @@ def cancel_session(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
-    admission = messages.send_message(d, caller, session_id, api.body())
+    admission = messages.send_message(d, caller, session_id, commands.send_message(api.body()))
     return (200 if admission.replayed else 201), admission.as_dict()
 
 
@@ -137,7 +140,8 @@ def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
 @api.endpoint
 def transcript(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
     result = history.transcript(d, caller, session_id)
-    return 200, views.transcript_view(result.session, result.messages, viewer=caller.sub, now=d.now())
+    return 200, views.transcript_view(result.session, result.messages, now=d.now(),
+                                      viewer_key=dismissal_key(caller.sub))
 
 
 @app.route(V1 + "/sessions/{session_id}/messages/{message_id}", methods=["DELETE"], authorizer=bearer)
@@ -151,7 +155,7 @@ def delete_message(d: Deps, caller: Caller, session_id: str, message_id: str) ->
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def workflow_transition(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
-    return 200, views.task_view(workflow.transition(d, caller, task_id, api.body()))
+    return 200, views.task_view(workflow.transition(d, caller, task_id, commands.transition(api.body())))
 
 
 @app.route(V1 + "/sessions/{session_id}/turns", methods=["GET"], authorizer=bearer)
@@ -165,7 +169,8 @@ def turns(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def respond(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
-    result = responses.respond(d, caller, clarification_id, api.body(), api.header("Idempotency-Key"))
+    result = responses.respond(d, caller, clarification_id, commands.respond(api.body()),
+                               commands.idempotency_key(api.header("Idempotency-Key")))
     return 200, result.as_dict()
 
 
@@ -182,12 +187,7 @@ def dismiss(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
 def events(d: Deps, caller: Caller) -> tuple[int, Any]:
     wait = v.integer(api.query("wait"), "wait", default=0, low=0, high=d.settings.max_event_wait)
     page = feed.list_events(d, caller, api.query("after"), wait)
-    return 200, {"events": [_event(e) for e in page.events], "cursor": page.cursor}
-
-
-def _event(e: Any) -> dict[str, Any]:
-    return {"id": e.id, "type": e.type, "task_id": e.task_id, "session_id": e.session_id,
-            "payload": e.payload, "at": e.at}
+    return 200, {"events": [views.event_view(e) for e in page.events], "cursor": page.cursor}
 
 
 # ------------------------------------------------------------------ agent routes
@@ -195,14 +195,14 @@ def _event(e: Any) -> dict[str, Any]:
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def post_frames(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
-    return 200, vars(frames.apply_frames(d, caller, session_id, api.body()))
+    return 200, vars(frames.apply_frames(d, caller, session_id, commands.frames(api.body())))
 
 
 @app.route(V1 + "/agent/sessions/{session_id}/clarifications",
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def ask(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
-    bundle = clarifications.ask(d, caller, session_id, api.body())
+    bundle = clarifications.ask(d, caller, session_id, commands.ask(api.body()))
     return 201, {"clarification_id": bundle.id, "turn_id": bundle.turn_id,
                  "question_ids": [r.question.question_id for r in bundle.rows]}
 
@@ -219,7 +219,7 @@ def wait(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def confirm(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
-    return 200, responses.confirm(d, caller, clarification_id, api.body())
+    return 200, responses.confirm(d, caller, clarification_id, commands.confirm(api.body()))
 
 
 @app.route(V1 + "/agent/clarifications/{clarification_id}/detach",

@@ -1,10 +1,36 @@
-"""The one mapping from domain errors to the HTTP error envelope."""
+"""The one mapping from domain errors to HTTP statuses and the error envelope."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from ..domain.errors import DomainError
+from ..domain import errors as e
+
+# Most specific first: a subclass maps before its base.
+STATUS: tuple[tuple[type[e.DomainError], int], ...] = (
+    (e.ValidationError, 400),
+    (e.Unauthorized, 401),
+    (e.NotFound, 404),
+    (e.SessionUnavailable, 409),
+    (e.TurnConflict, 409),
+    (e.ClarificationInactive, 409),
+    (e.ClarificationActive, 409),
+    (e.PendingClarification, 409),
+    (e.QueueFull, 409),
+    (e.ItemTooLarge, 409),
+    (e.ConditionFailed, 409),
+    (e.Contended, 409),
+    (e.AlreadyRemembered, 409),
+    (e.IdempotencyMismatch, 422),
+    (e.DispatchFailed, 502),
+    (e.DispatchAmbiguous, 502),
+    (e.NotReady, 503),
+    (e.StoreUnavailable, 503),
+)
+
+
+def status_of(exc: e.DomainError) -> int:
+    return next((status for cls, status in STATUS if isinstance(exc, cls)), 500)
 
 
 def envelope(code: str, message: str, *, retryable: bool = False, **details: Any) -> dict[str, Any]:
@@ -14,8 +40,8 @@ def envelope(code: str, message: str, *, retryable: bool = False, **details: Any
     return {"error": error}
 
 
-def error_payload(exc: DomainError) -> tuple[int, dict[str, Any]]:
-    return exc.status, envelope(exc.code, exc.message, retryable=exc.retryable, **exc.details)
+def error_payload(exc: e.DomainError) -> tuple[int, dict[str, Any]]:
+    return status_of(exc), envelope(exc.code, exc.message, retryable=exc.retryable, **exc.details)
 
 
 def error_json(status: int, code: str, message: str, **details: Any) -> bytes:

@@ -1,12 +1,14 @@
-"""One domain error hierarchy; chalicelib.api.errors maps it to the HTTP envelope."""
+"""One domain error hierarchy. Each error has a stable code and says whether the same request can succeed
+later unchanged (`retryable`); chalicelib.api.errors alone maps them to HTTP statuses."""
 from __future__ import annotations
 
 from typing import Any
 
+from .model import Session, Task
+
 
 class DomainError(Exception):
     code = "internal_error"
-    status = 500
     retryable = False
 
     def __init__(self, message: str, **details: Any) -> None:
@@ -16,7 +18,7 @@ class DomainError(Exception):
 
 
 class ValidationError(DomainError):
-    code, status = "validation_error", 400
+    code = "validation_error"
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message, field=field)
@@ -24,68 +26,104 @@ class ValidationError(DomainError):
 
 
 class Unauthorized(DomainError):
-    code, status = "unauthorized", 401
+    code = "unauthorized"
 
 
 class NotFound(DomainError):
-    code, status = "not_found", 404
+    code = "not_found"
 
 
 class SessionUnavailable(DomainError):
-    code, status = "session_unavailable", 409
+    code = "session_unavailable"
+
+
+class Contended(DomainError):
+    """Conditional writes kept losing to concurrent changes: the race settles, so a retry can succeed."""
+
+    code, retryable = "conflict", True
 
 
 class TurnConflict(DomainError):
-    code, status = "turn_conflict", 409
+    code = "turn_conflict"
 
 
 class ClarificationInactive(DomainError):
-    code, status = "clarification_inactive", 409
+    code = "clarification_inactive"
+
+
+class ClarificationActive(DomainError):
+    code = "clarification_active"
 
 
 class PendingClarification(DomainError):
-    code, status = "pending_clarification", 409
+    code = "pending_clarification"
+
+
+class QueueFull(DomainError):
+    """The session's message queue is full; the same message fits once the agent's turn ends."""
+
+    code = "queue_full"
 
 
 class IdempotencyMismatch(DomainError):
-    code, status = "idempotency_mismatch", 422
+    code = "idempotency_mismatch"
 
 
 class DispatchFailed(DomainError):
-    code, status, retryable = "dispatch_failed", 502, True
+    """The agent did not accept; the state was restored, so the same request can succeed later."""
+
+    code, retryable = "dispatch_failed", True
 
 
 class DispatchAmbiguous(DomainError):
-    code, status, retryable = "dispatch_ambiguous", 502, False
+    """The agent may have it: never sent again."""
+
+    code = "dispatch_ambiguous"
 
 
 class NotReady(DomainError):
-    code, status, retryable = "not_ready", 503, True
+    code, retryable = "not_ready", True
 
 
 class ConditionFailed(DomainError):
-    """A conditional write lost: the store's view of the item at failure time is attached."""
+    """A conditional write lost; `current` is the stored item (a Session or Task) as it was then."""
 
-    code, status = "conflict", 409
+    code = "conflict"
 
-    def __init__(self, message: str, current: Any = None) -> None:
+    def __init__(self, message: str, current: Session | Task | None = None) -> None:
         super().__init__(message)
         self.current = current
 
+    @property
+    def session(self) -> Session | None:
+        return self.current if isinstance(self.current, Session) else None
+
 
 class StoreUnavailable(DomainError):
-    code, status, retryable = "store_unavailable", 503, True
+    code, retryable = "store_unavailable", True
+
+
+class StoreRejected(DomainError):
+    """The database refused the request itself (a malformed write): a defect, not a transient fault."""
+
+
+class ItemTooLarge(DomainError):
+    """A write would take a stored item past DynamoDB's 400 KB item limit; nothing was written."""
+
+    code = "session_full"
 
 
 class AlreadyRemembered(DomainError):
     """An idempotency key was already used: the caller reads the remembered outcome."""
 
-    code, status = "idempotency_conflict", 409
+    code = "idempotency_conflict"
 
 
-class ClarificationActive(DomainError):
-    code, status = "clarification_active", 409
-
-
-class QueueFull(DomainError):
-    code, status, retryable = "queue_full", 409, True
+def by_code(code: str) -> type[DomainError]:
+    """The error class behind a stored code (a remembered outcome is replayed as the same error)."""
+    classes: list[type[DomainError]] = [DomainError]
+    i = 0
+    while i < len(classes):
+        classes.extend(classes[i].__subclasses__())
+        i += 1
+    return next((c for c in classes if c.code == code), DomainError)

@@ -1,4 +1,4 @@
-"""A user's response to a bundle: validated and normalised before any write (the claim stores this form)."""
+"""A user's response checked against its bundle and normalised before any write (the claim stores this form)."""
 from __future__ import annotations
 
 import hashlib
@@ -7,10 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .commands import AnswerInput, Respond
 from .errors import ValidationError
-from .model import Bundle, Question
-
-MAX_TEXT = 2000
+from .model import Bundle
 
 
 @dataclass(frozen=True)
@@ -44,64 +43,30 @@ class Outcome:
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def parse_response(body: Any, bundle: Bundle, row_ids: Sequence[str]) -> Outcome:
-    """Exactly one answer per row in `row_ids` (the bundle's pending rows), known options, caps on raw text."""
-    if not isinstance(body, Mapping):
-        raise ValidationError("body", "the request body must be a JSON object")
-    rejected = body.get("rejected", False)
-    if not isinstance(rejected, bool):
-        raise ValidationError("rejected", "rejected must be true or false")
-    if rejected:
-        if body.get("answers"):
-            raise ValidationError("answers", "a rejection cannot carry answers")
-        return Outcome(status="rejected", reject_reason=_text(body, "reject_reason"))
-    raw = body.get("answers")
-    if not isinstance(raw, list) or not raw:
-        raise ValidationError("answers", "answers must be a non-empty list (or send rejected: true)")
+def outcome(command: Respond, bundle: Bundle, row_ids: Sequence[str], field: str = "answers") -> Outcome:
+    """The command checked against the bundle: exactly one answer per row in `row_ids` (its pending rows),
+    options the question offers, a choice or text for each."""
+    if command.rejected:
+        return Outcome(status="rejected", reject_reason=command.reject_reason)
     questions = {r.question.question_id: r.question for r in bundle.rows if r.question.question_id in row_ids}
     seen: dict[str, Answer] = {}
-    for i, item in enumerate(raw):
-        answer = _answer(item, f"answers[{i}]", questions)
-        if answer.question_id in seen:
-            raise ValidationError(f"answers[{i}].question_id", "each question is answered once")
-        seen[answer.question_id] = answer
+    for i, item in enumerate(command.answers):
+        where = f"{field}[{i}]"
+        question = questions.get(item.question_id)
+        if question is None:
+            raise ValidationError(f"{where}.question_id", "question_id must name a pending question of this bundle")
+        order = [o.option_id for o in question.options]
+        unknown = [o for o in item.selected_options if o not in order]
+        if unknown:
+            raise ValidationError(f"{where}.selected_options", f"unknown option ids: {', '.join(unknown[:6])}")
+        if not item.selected_options and not item.custom_text:
+            raise ValidationError(where, f"{where} needs a selected option or custom_text")
+        seen[item.question_id] = Answer(question_id=item.question_id, custom_text=item.custom_text,
+                                        selected_options=tuple(o for o in order if o in item.selected_options))
     missing = [q for q in row_ids if q not in seen]
     if missing:
-        raise ValidationError("answers", f"missing answers for: {', '.join(missing)}")
+        raise ValidationError(field, f"missing answers for: {', '.join(missing)}")
     return Outcome(status="answered", answers=tuple(seen[q] for q in row_ids))
-
-
-def _answer(item: Any, where: str, questions: Mapping[str, Question]) -> Answer:
-    if not isinstance(item, Mapping):
-        raise ValidationError(where, f"{where} must be an object")
-    qid = item.get("question_id")
-    if not isinstance(qid, str) or qid not in questions:
-        raise ValidationError(f"{where}.question_id", "question_id must name a pending question of this bundle")
-    question = questions[qid]
-    selected = item.get("selected_options", [])
-    if not isinstance(selected, list) or not all(isinstance(o, str) for o in selected):
-        raise ValidationError(f"{where}.selected_options", "selected_options must be a list of option ids")
-    order = [o.option_id for o in question.options]
-    unknown = [o for o in selected if o not in order]
-    if unknown:
-        raise ValidationError(f"{where}.selected_options", f"unknown option ids: {', '.join(unknown)}")
-    custom = _text(item, "custom_text", where)
-    if not selected and not custom:
-        raise ValidationError(where, f"{where} needs a selected option or custom_text")
-    return Answer(question_id=qid, selected_options=tuple(o for o in order if o in set(selected)),
-                  custom_text=custom)
-
-
-def _text(data: Mapping[str, Any], name: str, where: str = "") -> str:
-    field = f"{where}.{name}" if where else name
-    value = data.get(name, "")
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ValidationError(field, f"{field} must be a string")
-    if len(value) > MAX_TEXT:  # on the raw input: trimming never sneaks an over-long text through
-        raise ValidationError(field, f"{field} must be at most {MAX_TEXT} characters")
-    return value.strip()
 
 
 def summary_text(bundle: Bundle, outcome_rows: Mapping[str, Mapping[str, Any]]) -> str:
@@ -129,14 +94,11 @@ class LateAnswer:
     text: str
 
 
-def late_answer(bundle: Bundle, raw: Any) -> LateAnswer:
+def late_answer(bundle: Bundle, answers: tuple[AnswerInput, ...]) -> LateAnswer:
     """Validate `in_reply_to.answers` against the bundle's unanswered questions and build the context."""
     rows = [r.question.question_id for r in bundle.rows if r.response is None]
-    try:
-        outcome = parse_response({"answers": raw.get("answers")}, bundle, rows)
-    except ValidationError as exc:
-        raise ValidationError(f"in_reply_to.{exc.field}", exc.message) from None
-    responses = {a.question_id: a.as_response() for a in outcome.answers}
+    result = outcome(Respond(answers=answers), bundle, rows, field="in_reply_to.answers")
+    responses = {a.question_id: a.as_response() for a in result.answers}
     questions = []
     for row in bundle.rows:
         response = responses.get(row.question.question_id)

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..api.views import clarification_view, message_view, session_view
 from ..domain.clarify import visible_rows
 from ..domain.model import Bundle, Session, Turn, TurnRecord
+from ..domain.public import clarification_view, message_view, session_view
 from ..domain.rules import pending_action, published_turn
 from ..services.deps import Deps, iso
 from ..services.events import emit, emit_for
@@ -112,7 +112,7 @@ def _bundles(deps: Deps, old: Session | None, new: Session) -> None:
         changed = changed_rows(previous, bundle) if not _claim_unconfirmed(bundle) else []
         if changed:
             emit_for(deps, new, f"message.updated:{bundle.id}:{new.version}", "message.updated", new.updated_at,
-                     {**clarification_view(new, bundle), "changed_question_ids": changed})
+                     {**clarification_view(new, bundle, now=new.updated_at), "changed_question_ids": changed})
 
 
 def _claim_unconfirmed(bundle: Bundle) -> bool:

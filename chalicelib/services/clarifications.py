@@ -7,35 +7,19 @@ and decides again, so no stale read is ever written back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 from ..agentctl.client import AgentctlAmbiguous, CancelRequest
 from ..auth.tokens import Caller
 from ..domain import clarify
-from ..domain import validation as v
-from ..domain.errors import ClarificationInactive, ConditionFailed, NotFound, SessionUnavailable, TurnConflict
+from ..domain.commands import Ask
+from ..domain.errors import ClarificationInactive, NotFound, SessionUnavailable, TurnConflict
 from ..domain.model import TERMINAL_STATES, Bundle, Row, Session, State, Turn
 from .access import session_for_agent, session_for_user
 from .deps import Deps
+from .retry import with_session
 
 log = logging.getLogger(__name__)
-ATTEMPTS = 4
 LIVE_STATES = frozenset(State) - TERMINAL_STATES
-T = TypeVar("T")
-
-
-def _retry(deps: Deps, session: Session, attempt: Callable[[Session], T]) -> T:
-    """Run `attempt` against the freshest aggregate until its conditional write wins (bounded)."""
-    for _ in range(ATTEMPTS):
-        try:
-            return attempt(session)
-        except ConditionFailed as exc:
-            current = exc.current if isinstance(exc.current, Session) else deps.store.get_session(session.id)
-            if current is None:
-                raise NotFound("session not found") from exc
-            session = current
-    raise SessionUnavailable("the session kept changing; retry")
 
 
 def bundle_for_agent(deps: Deps, caller: Caller, clarification_id: str) -> tuple[Session, Bundle]:
@@ -62,12 +46,9 @@ def _bundle(session: Session, clarification_id: str) -> Bundle:
 
 
 # ------------------------------------------------------------------ ask
-def ask(deps: Deps, caller: Caller, session_id: str, body: Any) -> Bundle:
+def ask(deps: Deps, caller: Caller, session_id: str, command: Ask) -> Bundle:
     """Create a bundle in the current turn (starting one when no turn is open) in one write."""
-    data = v.body_object(body)
-    questions = clarify.parse_questions(data)
-    context = v.text(data, "context", max_len=clarify.MAX_CONTEXT, required=False, allow_empty=True) or ""
-    turn_id = v.identifier(data, "turn_id", required=False)
+    turn_id = command.turn_id
     session = session_for_agent(deps, caller, session_id)
     suffix = deps.new_id()
 
@@ -82,12 +63,12 @@ def ask(deps: Deps, caller: Caller, session_id: str, body: Any) -> Bundle:
         owner = new_turn or turn
         assert owner is not None
         cid = clarify.clarification_id(s.id, suffix)
-        bundle = Bundle(id=cid, turn_id=owner.id, message_id=cid, created_at=now, context=context,
-                        rows=tuple(Row(question=q, status=clarify.PENDING) for q in questions))
+        bundle = Bundle(id=cid, turn_id=owner.id, message_id=cid, created_at=now, context=command.context,
+                        rows=tuple(Row(question=q, status=clarify.PENDING) for q in command.questions))
         deps.store.add_bundle(s.id, bundle, expected_turn_id=turn.id if turn else None, new_turn=new_turn,
                               from_states=LIVE_STATES, state=State.WAITING_FOR_INPUT, at=now)
         return bundle
-    return _retry(deps, session, attempt)
+    return with_session(deps, session, attempt)
 
 
 # ------------------------------------------------------------------ detach
@@ -102,7 +83,7 @@ def detach_bundle(deps: Deps, session: Session, bundle_id: str) -> tuple[Session
         if not rows:
             return s, []
         return deps.store.detach_rows(s.id, {bundle_id: rows}, at=deps.now()), rows
-    return _retry(deps, session, attempt)
+    return with_session(deps, session, attempt)
 
 
 def detach(deps: Deps, caller: Caller, clarification_id: str) -> list[str]:
@@ -141,14 +122,14 @@ def cancel(deps: Deps, caller: Caller, clarification_id: str) -> list[str]:
         b = s.bundle(bundle.id)
         rows = clarify.pending_rows(s, b) if b else []
         if not rows or b is None:
-            raise inactive(s, b or bundle)
+            raise inactive(s, b or bundle, deps.now())
         deps.store.close_rows(s.id, b.id, rows, status="cancelled", at=deps.now())
         return rows
-    return _retry(deps, session, attempt)
+    return with_session(deps, session, attempt)
 
 
-def inactive(session: Session, bundle: Bundle) -> ClarificationInactive:
-    state = clarify.derived_state(session, bundle)
+def inactive(session: Session, bundle: Bundle, now: str) -> ClarificationInactive:
+    state = clarify.derived_state(session, bundle, now)
     # A claim still being delivered is already the winner: report its outcome (answered or rejected).
     reason = bundle.delivery.outcome if state == "delivery_claimed" and bundle.delivery else state
     if session.terminal and reason not in ("answered", "rejected"):

@@ -3,19 +3,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from ..agentctl.client import Agentctl
+from ..domain.time import iso, parse_iso
 from ..store.protocol import Store
 
-
-def iso(moment: datetime) -> str:
-    """Fixed-width UTC timestamps, so string order is time order."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_iso(value: str) -> datetime:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+__all__ = ["Deps", "Settings", "iso", "parse_iso"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +25,8 @@ class Settings:
     watchdog_timeout: timedelta = timedelta(seconds=15)
     reservation_wait: float = 10.0  # how long a delayed ready frame waits for a reservation to resolve
     poll_interval: float = 0.1
+    idempotency_ttl: timedelta = timedelta(days=1)
+    queue_cap: int = 10
 
 
 @dataclass
@@ -48,3 +44,6 @@ class Deps:
 
     def deadline(self) -> str:
         return iso(self.clock() + self.settings.owner_window)
+
+    def after(self, delta: timedelta) -> str:
+        return iso(self.clock() + delta)

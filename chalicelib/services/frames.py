@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ..auth.tokens import Caller
-from ..domain import validation as v
-from ..domain.errors import ConditionFailed, SessionUnavailable, ValidationError
+from ..domain.commands import Frame
+from ..domain.errors import ConditionFailed, SessionUnavailable
 from ..domain.model import TERMINAL_STATES, TURN_START_STATES, Message, Session, State, Turn
 from ..domain.rules import allowed_sources
 from . import watchdog
@@ -18,18 +16,7 @@ from .lifecycle import complete_turn, end_session
 
 log = logging.getLogger(__name__)
 
-FRAME_TYPES = ("message", "thinking", "tool", "cancel_ack", "ready", "turn_completed", "state")
 OUTPUT_TYPES = ("message", "thinking", "tool")
-
-
-@dataclass(frozen=True)
-class Frame:
-    type: str
-    execution_id: str
-    prompt_generation: int | None
-    turn_id: str | None
-    content: str
-    state: State | None
 
 
 @dataclass(frozen=True)
@@ -38,43 +25,7 @@ class FrameResult:
     ignored: int
 
 
-def parse_frames(body: Any) -> list[Frame]:
-    data = v.body_object(body)
-    raw = data.get("frames")
-    if not isinstance(raw, list) or not raw:
-        raise ValidationError("frames", "frames must be a non-empty list")
-    if len(raw) > v.MAX_FRAMES:
-        raise ValidationError("frames", f"at most {v.MAX_FRAMES} frames per request")
-    return [_parse_frame(item, f"frames[{i}]") for i, item in enumerate(raw)]
-
-
-def _parse_frame(item: Any, where: str) -> Frame:
-    if not isinstance(item, Mapping):
-        raise ValidationError(where, f"{where} must be an object")
-    kind = item.get("type")
-    if kind not in FRAME_TYPES:
-        raise ValidationError(f"{where}.type", f"{where}.type must be one of {', '.join(FRAME_TYPES)}")
-    generation = item.get("prompt_generation")
-    if generation is not None and (not isinstance(generation, int) or isinstance(generation, bool)):
-        raise ValidationError(f"{where}.prompt_generation", "prompt_generation must be an integer")
-    for name in ("execution_id", "turn_id"):
-        if item.get(name) is not None and not isinstance(item.get(name), str):
-            raise ValidationError(f"{where}.{name}", f"{name} must be a string")
-    content = item.get("content", "")
-    if not isinstance(content, str) or len(content) > v.MAX_CONTENT:
-        raise ValidationError(f"{where}.content", f"content must be a string of at most {v.MAX_CONTENT} characters")
-    state = None
-    if kind == "state":
-        try:
-            state = State(str(item.get("state")))
-        except ValueError:
-            raise ValidationError(f"{where}.state", "state must be a session state") from None
-    return Frame(type=kind, execution_id=item.get("execution_id") or "", prompt_generation=generation,
-                 turn_id=item.get("turn_id") or None, content=content, state=state)
-
-
-def apply_frames(deps: Deps, caller: Caller, session_id: str, body: Any) -> FrameResult:
-    frames = parse_frames(body)
+def apply_frames(deps: Deps, caller: Caller, session_id: str, frames: tuple[Frame, ...]) -> FrameResult:
     session = session_for_agent(deps, caller, session_id)
     applied = 0
     for frame in frames:
@@ -129,7 +80,7 @@ def _start_agent_turn(deps: Deps, session: Session) -> tuple[Session, Turn]:
             from_states=TURN_START_STATES | {State.RUNNING, State.CREATED, State.STARTING},
             turn=turn, prompt=None, state=State.RUNNING, at=now)
     except ConditionFailed as exc:
-        current = exc.current if isinstance(exc.current, Session) else session
+        current = exc.session or session
         if current.current_turn is None:
             raise
         return current, current.current_turn
@@ -170,4 +121,4 @@ def _state(deps: Deps, session: Session, target: State) -> tuple[Session, bool]:
         return deps.store.transition(session.id, to=target, from_states=allowed_sources(target),
                                      at=deps.now()), True
     except ConditionFailed as exc:
-        return exc.current if isinstance(exc.current, Session) else session, False
+        return exc.session or session, False

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from ..domain import clarify
-from ..domain.errors import ConditionFailed, SessionUnavailable
+from ..domain.errors import SessionUnavailable
 from ..domain.model import TERMINAL_STATES, Session, State
 from ..domain.rules import active_bundles, allowed_sources
-from .clarifications import _retry
 from .deps import Deps
 from .messages import drain
+from .retry import with_session
 
 
 def end_session(deps: Deps, session: Session, to: State) -> Session:
@@ -24,7 +24,7 @@ def end_session(deps: Deps, session: Session, to: State) -> Session:
             raise SessionUnavailable(f"the session already ended as {s.state.value}")
         return deps.store.transition(s.id, to=to, from_states=allowed_sources(to), at=deps.now(),
                                      expire=clarify.current_turn_pending(s))
-    return _retry(deps, session, attempt)
+    return with_session(deps, session, attempt)
 
 
 def complete_turn(deps: Deps, session: Session, turn_id: str) -> Session | None:
@@ -43,8 +43,5 @@ def complete_turn(deps: Deps, session: Session, turn_id: str) -> Session | None:
             return deps.store.detach_rows(s.id, detach, at=deps.now(), complete_turn_id=turn.id,
                                           from_state=s.state, to_state=target)
         return deps.store.complete_turn(s.id, turn.id, from_state=s.state, to_state=target, at=deps.now())
-    try:
-        completed = _retry(deps, session, attempt)
-    except ConditionFailed:
-        return None
+    completed = with_session(deps, session, attempt)
     return drain(deps, completed) if completed is not None else None

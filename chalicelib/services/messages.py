@@ -17,7 +17,7 @@ from typing import Any
 from ..agentctl.client import AgentctlAmbiguous, PromptRequest
 from ..auth.tokens import Caller
 from ..domain import clarify
-from ..domain import validation as v
+from ..domain.commands import ReplyTo, SendMessage
 from ..domain.errors import (
     AlreadyRemembered,
     ClarificationActive,
@@ -26,8 +26,10 @@ from ..domain.errors import (
     DispatchFailed,
     DomainError,
     IdempotencyMismatch,
+    QueueFull,
     SessionUnavailable,
     ValidationError,
+    by_code,
 )
 from ..domain.model import INPUT_CAPABLE_STATES, Dispatch, Message, Prompt, Session, Turn
 from ..domain.respond import LateAnswer, late_answer
@@ -36,10 +38,9 @@ from ..store.protocol import Remembered
 from .access import session_for_user
 from .deps import Deps
 from .dispatch import dispatch_prompt
+from .retry import fresh_session, on_conflict
 
 log = logging.getLogger(__name__)
-QUEUE_CAP = 10
-ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -53,45 +54,37 @@ class Admission:
         return {"message_id": self.message_id, "admission": self.admission, "turn_id": self.turn_id}
 
 
-def send_message(deps: Deps, caller: Caller, session_id: str, body: Any) -> Admission:
-    data = v.body_object(body)
-    client_message_id = v.identifier(data, "client_message_id")
-    reply = data.get("in_reply_to")
-    if reply is not None and not isinstance(reply, Mapping):
-        raise ValidationError("in_reply_to", "in_reply_to must be an object")
-    content = v.text(data, "content", max_len=v.MAX_CONTENT, required=reply is None, allow_empty=reply is not None)
-    delivery = v.choice(data, "delivery", ("auto", "steer", "queue"), "auto")
-    assert client_message_id is not None
+def send_message(deps: Deps, caller: Caller, session_id: str, command: SendMessage) -> Admission:
     session = session_for_user(deps, caller, session_id)
-    late = _late(session, reply) if reply is not None else None
-    fingerprint = hashlib.sha256(json.dumps({"content": content or "", "delivery": delivery,
+    late = _late(deps, session, command.in_reply_to) if command.in_reply_to is not None else None
+    fingerprint = hashlib.sha256(json.dumps({"content": command.content, "delivery": command.delivery,
                                              "in_reply_to": late.context if late else None},
                                             sort_keys=True).encode()).hexdigest()
-    key = f"message:{session.id}:{client_message_id}"
+    key = f"message:{session.id}:{command.client_message_id}"
     remembered = deps.store.get_remembered(key)
     if remembered is not None:
         return _replay(remembered, fingerprint, session)
     try:
-        return admit_message(deps, caller, session, client_message_id=client_message_id, content=content or "",
-                             delivery=delivery, late=late, remember=(key, fingerprint))
+        return admit_message(deps, caller, session, client_message_id=command.client_message_id,
+                             content=command.content, delivery=command.delivery, late=late,
+                             remember=(key, fingerprint))
     except AlreadyRemembered:  # a concurrent retry of the same message won the admission
         remembered = deps.store.get_remembered(key)
         assert remembered is not None
         return _replay(remembered, fingerprint, deps.store.get_session(session.id) or session)
 
 
-def _late(session: Session, reply: Mapping[str, Any]) -> LateAnswer:
-    cid = reply.get("clarification_id")
-    bundle = session.bundle(cid) if isinstance(cid, str) else None
-    if bundle is None or clarify.session_of(str(cid)) != session.id:
+def _late(deps: Deps, session: Session, reply: ReplyTo) -> LateAnswer:
+    bundle = session.bundle(reply.clarification_id)
+    if bundle is None or clarify.session_of(reply.clarification_id) != session.id:
         raise ValidationError("in_reply_to.clarification_id", "not a question of this session")
     if bundle_is_active(session, bundle):
         raise ClarificationActive("the question is still active: answer it through respond")
-    state = clarify.derived_state(session, bundle)
+    state = clarify.derived_state(session, bundle, deps.now())
     if state not in ("superseded", "expired"):
         raise ClarificationInactive("only a superseded or expired question can be answered late",
                                     reason=state)
-    return late_answer(bundle, reply)
+    return late_answer(bundle, reply.answers)
 
 
 def _replay(remembered: Remembered, fingerprint: str, session: Session) -> Admission:
@@ -100,45 +93,46 @@ def _replay(remembered: Remembered, fingerprint: str, session: Session) -> Admis
     if remembered.fingerprint != fingerprint:
         raise IdempotencyMismatch("this client_message_id was used with a different message")
     r = remembered.response
-    if remembered.status_code >= 400:
-        error = dict(r.get("error", {}))
-        raise _RememberedError(remembered.status_code, error)
+    error = r.get("error")
+    if isinstance(error, Mapping):  # the admission ended with this error after the message was stored
+        raise replayed_error(error)
     p = session.prompt
     if p is not None and p.message_id == r.get("message_id") and p.dispatch == Dispatch.REJECTED:
         raise DispatchFailed("the agent did not accept this message", message_id=p.message_id)
     return Admission(str(r["message_id"]), str(r["admission"]), r.get("turn_id"), replayed=True)
 
 
-class _RememberedError(DomainError):
-    """The original outcome of this admission was an error after the message was stored."""
-
-    def __init__(self, status: int, error: Mapping[str, Any]) -> None:
-        super().__init__(str(error.get("message", "")), **dict(error.get("details", {})))
-        self.status = status
-        self.code = str(error.get("code", "dispatch_failed"))
-        self.retryable = bool(error.get("retryable", False))
+def replayed_error(error: Mapping[str, Any]) -> DomainError:
+    """The remembered error, as the same domain error: final, so never retryable."""
+    cls = by_code(str(error.get("code")))
+    replayed = cls.__new__(cls)
+    DomainError.__init__(replayed, str(error.get("message", "")), **dict(error.get("details", {})))
+    replayed.retryable = False
+    return replayed
 
 
 def admit_message(deps: Deps, caller: Caller, session: Session, *, client_message_id: str, content: str,
                   delivery: str = "auto", late: LateAnswer | None = None,
                   remember: tuple[str, str] | None = None) -> Admission:
     text = "\n\n".join(t for t in (content, late.text if late else "") if t)
-    for _ in range(ATTEMPTS):
-        if not input_capable(session.state):
-            raise SessionUnavailable(f"the session is {session.state.value} and cannot take input")
-        turn = session.current_turn
-        try:
-            if turn is not None and turn.open:
-                if delivery == "steer" and _steer(deps, session, text):
-                    return _record_steered(deps, caller, session, client_message_id, content, late, remember)
-                return _queue(deps, caller, session, client_message_id, text, content, late, remember)
-            return _send(deps, caller, session, client_message_id, text, content, late, remember)
-        except ConditionFailed as exc:
-            current = exc.current if isinstance(exc.current, Session) else deps.store.get_session(session.id)
-            if current is None:
-                raise SessionUnavailable("the session is gone") from exc
-            session = current
-    raise SessionUnavailable("the session kept changing while the message was admitted; retry")
+
+    def attempt(s: Session) -> Admission:
+        if not input_capable(s.state):
+            raise SessionUnavailable(f"the session is {s.state.value} and cannot take input")
+        turn = s.current_turn
+        if turn is not None and turn.open:
+            if delivery == "steer" and _steer(deps, s, text):
+                return _record_steered(deps, caller, s, client_message_id, content, late, remember)
+            return _queue(deps, caller, s, client_message_id, text, late, remember)
+        return _send(deps, caller, s, client_message_id, text, late, remember)
+    return on_conflict(attempt, session, fresh_session(deps, session.id, "the session is gone"))
+
+
+def _remembered(deps: Deps, remember: tuple[str, str] | None, response: Mapping[str, Any]) -> Remembered | None:
+    if remember is None:
+        return None
+    expires = int((deps.clock() + deps.settings.idempotency_ttl).timestamp())
+    return Remembered(remember[0], remember[1], dict(response), expires)
 
 
 def _prompt(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str,
@@ -149,37 +143,39 @@ def _prompt(deps: Deps, caller: Caller, session: Session, client_message_id: str
                   reply_to=dict(late.context) if late else None)
 
 
-def _send(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str, content: str,
+def _send(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str,
           late: LateAnswer | None, remember: tuple[str, str] | None) -> Admission:
     turn = Turn(id=deps.new_id(), seq=session.turn_seq + 1, started_at=deps.now())
     prompt = _prompt(deps, caller, session, client_message_id, text, late, turn.id)
     admission = Admission(prompt.message_id, "sent", turn.id)
-    entry = Remembered(remember[0], remember[1], 201, admission.as_dict()) if remember else None
+    entry = _remembered(deps, remember, admission.as_dict())
     session = deps.store.admit(session.id, prompt, start=turn,
                                expected_turn_id=session.current_turn.id if session.current_turn else None,
                                from_states=INPUT_CAPABLE_STATES, link_bundle=late.bundle_id if late else None,
-                               remember=entry, queue_cap=QUEUE_CAP, at=deps.now())
+                               remember=entry, queue_cap=deps.settings.queue_cap, at=deps.now())
     try:
         dispatch_prompt(deps, session, prompt)
     except DomainError as exc:
-        if entry is not None:  # the retry of this message answers what this attempt answered
-            error = {"code": exc.code, "message": exc.message, "retryable": False,
-                     "details": {**exc.details, "message_id": prompt.message_id}}
-            deps.store.update_remembered(replace(entry, status_code=exc.status, response={"error": error}))
         exc.details["message_id"] = prompt.message_id
+        if entry is not None:  # the retry of this message answers what this attempt answered
+            error = {"code": exc.code, "message": exc.message, "details": dict(exc.details)}
+            deps.store.update_remembered(replace(entry, response={"error": error}))
         raise
     return admission
 
 
-def _queue(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str, content: str,
+def _queue(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str,
            late: LateAnswer | None, remember: tuple[str, str] | None) -> Admission:
     assert session.current_turn is not None
+    if len(session.queue) >= deps.settings.queue_cap:
+        raise QueueFull(f"the session already queues {len(session.queue)} messages; send again once the "
+                        "agent's turn ends")
     prompt = _prompt(deps, caller, session, client_message_id, text, late, "")
     admission = Admission(prompt.message_id, "queued", None)
-    entry = Remembered(remember[0], remember[1], 201, admission.as_dict()) if remember else None
     deps.store.admit(session.id, prompt, start=None, expected_turn_id=session.current_turn.id,
                      from_states=INPUT_CAPABLE_STATES, link_bundle=late.bundle_id if late else None,
-                     remember=entry, queue_cap=QUEUE_CAP, at=deps.now())
+                     remember=_remembered(deps, remember, admission.as_dict()),
+                     queue_cap=deps.settings.queue_cap, at=deps.now())
     return admission
 
 
@@ -205,8 +201,9 @@ def _record_steered(deps: Deps, caller: Caller, session: Session, client_message
                       type="message", content=content, created_at=deps.now(),
                       meta={"in_reply_to": dict(late.context)} if late else None)
     admission = Admission(message.id, "steered", turn.id)
-    if remember:  # the agent has it now: remember that first, so no retry steers it again
-        deps.store.remember(Remembered(remember[0], remember[1], 201, admission.as_dict()))
+    entry = _remembered(deps, remember, admission.as_dict())
+    if entry is not None:  # the agent has it now: remember that first, so no retry steers it again
+        deps.store.remember(entry)
     deps.store.put_message(message)
     if late is not None:
         deps.store.link_late_message(session.id, late.bundle_id, message.id, deps.now())
@@ -236,7 +233,7 @@ def drain(deps: Deps, session: Session) -> Session:
                                               turn=new_turn, head=prompt, at=deps.now())
     except ConditionFailed as exc:
         log.info("queue drain of %s lost a race: %s", session.id, exc)
-        return exc.current if isinstance(exc.current, Session) else session
+        return exc.session or session
     try:
         return dispatch_prompt(deps, session, prompt)
     except DomainError as exc:

@@ -5,13 +5,11 @@ stream functions call the same refresh, so a stale or wrong summary is repaired 
 """
 from __future__ import annotations
 
-from ..domain.errors import ConditionFailed
 from ..domain.model import Session, Task
 from ..domain.rules import pending_action
 from .deps import Deps
 from .events import emit
-
-MAX_ATTEMPTS = 5
+from .retry import on_conflict
 
 
 def task_summary(sessions: list[Session]) -> tuple[str | None, str | None]:
@@ -28,9 +26,9 @@ def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
     With `republish` (stream functions), an already agreeing summary has its event written again: the event
     id is stable, so this writes nothing new unless a crash came between a summary write and its event.
     """
-    for _ in range(MAX_ATTEMPTS):
-        task = task or deps.store.get_task(task_id)
-        if task is None:
+    def attempt(known: Task | None) -> Task | None:
+        current = known or deps.store.get_task(task_id)
+        if current is None:
             return None
         sessions = deps.store.list_sessions(task_id)
         if fresh is not None:  # the index may lag the aggregate that triggered this refresh, but a
@@ -39,19 +37,16 @@ def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
             if all(s.id != fresh.id for s in sessions):
                 sessions.append(fresh)
         action, primary = task_summary(sessions)
-        if (action, primary) == (task.summary.pending_action, task.summary.primary_session_id):
-            if republish and task.summary.revision:
-                _publish(deps, task)
-            return task
-        try:
-            new = deps.store.set_task_summary(task_id, pending_action=action, primary_session_id=primary,
-                                              expected_revision=task.summary.revision, at=deps.now())
-        except ConditionFailed:
-            task = None  # someone else moved the revision: recompute from fresh state
-            continue
+        if (action, primary) == (current.summary.pending_action, current.summary.primary_session_id):
+            if republish and current.summary.revision:
+                _publish(deps, current)
+            return current
+        new = deps.store.set_task_summary(task_id, pending_action=action, primary_session_id=primary,
+                                          expected_revision=current.summary.revision, at=deps.now())
         _publish(deps, new)
         return new
-    raise ConditionFailed(f"task summary of {task_id} kept changing")
+    # someone else moved the revision: recompute from a fresh read
+    return on_conflict(attempt, task, lambda exc: None, f"the summary of task {task_id}")
 
 
 def _publish(deps: Deps, task: Task) -> None:

@@ -8,11 +8,12 @@ Confirmation and restore are conditional on the same unconfirmed claim, so exact
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from ..auth.tokens import Caller
 from ..domain import clarify
-from ..domain import validation as v
+from ..domain.commands import Confirm, Respond
 from ..domain.errors import (
     ClarificationActive,
     ClarificationInactive,
@@ -22,17 +23,18 @@ from ..domain.errors import (
     NotFound,
 )
 from ..domain.model import Bundle, Delivery, Session, Watchdog
-from ..domain.respond import Outcome, parse_response, summary_text
+from ..domain.public import clarification_view
+from ..domain.respond import Outcome, outcome, summary_text
 from ..domain.rules import bundle_is_active, row_pending
 from .clarifications import bundle_for_agent, bundle_for_user, inactive
-from .deps import Deps, iso
+from .deps import Deps
 from .events import emit_for
 from .projection import refresh_task_summary
 from .results import Responded
 from .resume import respond_detached
+from .retry import fresh_session, on_conflict
 
 log = logging.getLogger(__name__)
-ATTEMPTS = 4
 
 
 def outcome_payload(bundle: Bundle) -> dict[str, Any]:
@@ -45,40 +47,35 @@ def outcome_payload(bundle: Bundle) -> dict[str, Any]:
             "answers": [dict(r.response) for r in rows if r.response is not None]}
 
 
-def _inactive_with_winner(session: Session, bundle: Bundle) -> ClarificationInactive:
-    error = inactive(session, bundle)
+def _inactive_with_winner(session: Session, bundle: Bundle, now: str) -> ClarificationInactive:
+    error = inactive(session, bundle, now)
     if error.details.get("reason") in ("answered", "rejected"):
         error.details["response"] = outcome_payload(bundle)
     return error
 
 
-def respond(deps: Deps, caller: Caller, clarification_id: str, body: Any, idempotency_key: str | None) -> Responded:
-    key = _idempotency_key(idempotency_key)
+def respond(deps: Deps, caller: Caller, clarification_id: str, command: Respond, key: str) -> Responded:
+    """Claim the bundle's pending rows with this outcome, then deliver it live or resume the agent.
+
+    `key` is the Idempotency-Key ("" for none): a retry with it gets the original result.
+    """
     session, bundle = bundle_for_user(deps, caller, clarification_id)
     pending = [r.question.question_id for r in bundle.rows if row_pending(r)]
-    outcome = parse_response(body, bundle, pending or [r.question.question_id for r in bundle.rows])
-    for _ in range(ATTEMPTS):
-        replay = _replay(bundle, key, outcome)
+    result = outcome(command, bundle, pending or [r.question.question_id for r in bundle.rows])
+
+    def attempt(s: Session) -> Responded:
+        b = s.bundle(bundle.id)
+        if b is None:
+            raise NotFound("clarification not found")
+        replay = _replay(b, key, result)
         if replay is not None:
             return replay
-        if not bundle_is_active(session, bundle):
-            raise _inactive_with_winner(session, bundle)
-        rows = [r.question.question_id for r in bundle.rows if row_pending(r)]
-        try:
-            return _deliver(deps, session, bundle, outcome, rows, key)
-        except ConditionFailed as exc:
-            current = exc.current if isinstance(exc.current, Session) else deps.store.get_session(session.id)
-            fresh = current.bundle(bundle.id) if current is not None else None
-            if current is None or fresh is None:
-                raise NotFound("clarification not found") from exc
-            session, bundle = current, fresh
-    raise DispatchFailed("the clarification kept changing; retry")
-
-
-def _idempotency_key(raw: str | None) -> str:
-    if raw is None or raw == "":
-        return ""
-    return v.identifier({"Idempotency-Key": raw}, "Idempotency-Key") or ""
+        if not bundle_is_active(s, b):
+            raise _inactive_with_winner(s, b, deps.now())
+        rows = [r.question.question_id for r in b.rows if row_pending(r)]
+        return _deliver(deps, s, b, result, rows, key)
+    return on_conflict(attempt, session, fresh_session(deps, session.id, "clarification not found"),
+                       "the clarification")
 
 
 def _replay(bundle: Bundle, key: str, outcome: Outcome) -> Responded | None:
@@ -154,11 +151,11 @@ def _await_confirmation(deps: Deps, session_id: str, bundle_id: str, delivery_id
 
 def publish_restored(deps: Deps, session: Session, bundle_id: str, rows: list[str]) -> str | None:
     """Restored rows are published after the commit even if the summary refresh fails (then reported)."""
-    from ..api.views import clarification_view
     bundle = session.bundle(bundle_id)
     if bundle is not None:
         emit_for(deps, session, f"message.updated:{bundle_id}:{session.version}", "message.updated",
-                 session.updated_at, {**clarification_view(session, bundle), "changed_question_ids": rows})
+                 session.updated_at, {**clarification_view(session, bundle, now=session.updated_at),
+                                      "changed_question_ids": rows})
     try:
         refresh_task_summary(deps, session.task_id, fresh=session)
     except Exception as exc:  # durable pending state is authoritative; the retry stays safe
@@ -180,14 +177,14 @@ def wait(deps: Deps, caller: Caller, clarification_id: str, timeout: int) -> tup
         if d is not None and d.pending and d.mode == "live":
             return 200, {"state": d.outcome, "response": outcome_payload(b), "delivery_id": d.delivery_id}
         if not bundle_is_active(session, b):
-            return 410, {"state": "inactive", "reason": inactive(session, b).details.get("reason")}
-        if clarify.is_detached(b):
+            return 410, {"state": "inactive", "reason": inactive(session, b, deps.now()).details.get("reason")}
+        if clarify.is_detached(b, deps.now()):
             return 410, {"state": "inactive", "reason": "detached"}
         if not renewed:
             rows = [r.question.question_id for r in b.rows if row_pending(r)]
-            lease = deps.clock().timestamp() + timeout + deps.settings.waiter_lease_margin.total_seconds()
+            lease = deps.after(timedelta(seconds=timeout) + deps.settings.waiter_lease_margin)
             try:
-                session = deps.store.renew_waiter(session.id, b.id, rows, until=_at(lease), at=deps.now())
+                session = deps.store.renew_waiter(session.id, b.id, rows, until=lease, at=deps.now())
                 renewed = True
                 continue
             except ConditionFailed:
@@ -202,15 +199,9 @@ def wait(deps: Deps, caller: Caller, clarification_id: str, timeout: int) -> tup
         session = fresh
 
 
-def _at(epoch: float) -> str:
-    from datetime import UTC, datetime
-    return iso(datetime.fromtimestamp(epoch, tz=UTC))
-
-
-def confirm(deps: Deps, caller: Caller, clarification_id: str, body: Any) -> dict[str, Any]:
+def confirm(deps: Deps, caller: Caller, clarification_id: str, command: Confirm) -> dict[str, Any]:
     """Durable delivery confirmation: retires the intent and arms the watchdog in the same write."""
-    data = v.body_object(body)
-    delivery_id = v.identifier(data, "delivery_id")
+    delivery_id = command.delivery_id
     session, bundle = bundle_for_agent(deps, caller, clarification_id)
     d = bundle.delivery
     if d is None or d.delivery_id != delivery_id or d.mode != "live":
@@ -218,7 +209,7 @@ def confirm(deps: Deps, caller: Caller, clarification_id: str, body: Any) -> dic
     responses = {r.question.question_id: dict(r.response) for r in bundle.rows if r.response is not None}
     text = (summary_text(bundle, responses) if d.outcome == "answered"
             else "The user skipped your question. Continue without that information.")
-    due = _at(deps.clock().timestamp() + deps.settings.watchdog_timeout.total_seconds())
+    due = deps.after(deps.settings.watchdog_timeout)
     watchdog = Watchdog(clarification_id=bundle.id, turn_id=bundle.turn_id, execution_id=session.execution_id,
                         prompt_generation=session.generation, due=due, text=text)
     try:
@@ -236,7 +227,7 @@ def dismiss(deps: Deps, caller: Caller, clarification_id: str) -> dict[str, Any]
         raise ClarificationActive("the question is still active: answer it or skip it")
     rows = [r.question.question_id for r in bundle.rows]
     try:
-        deps.store.dismiss(session.id, bundle.id, rows, caller.sub, deps.now())
+        deps.store.dismiss(session.id, bundle.id, rows, clarify.dismissal_key(caller.sub), deps.now())
     except ConditionFailed as exc:
         raise ClarificationActive("the question is still active: answer it or skip it") from exc
     return {"clarification_id": bundle.id, "dismissed": True}

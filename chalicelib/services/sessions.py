@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from ..agentctl.client import AgentctlAmbiguous, CancelRequest
 from ..auth.tokens import Caller
-from ..domain import validation as v
+from ..domain.commands import CreateSession
 from ..domain.model import Session, State
 from .access import session_for_user, task_for_user
 from .deps import Deps
@@ -23,13 +22,11 @@ class Created:
     admission: Admission | None
 
 
-def create_session(deps: Deps, caller: Caller, task_id: str, body: Any) -> Created:
-    data = v.body_object(body if body is not None else {})
-    prompt = v.text(data, "prompt", max_len=v.MAX_CONTENT, required=False)
-    primary = v.boolean(data, "primary", default=False)
+def create_session(deps: Deps, caller: Caller, task_id: str, command: CreateSession) -> Created:
+    prompt = command.prompt
     task = task_for_user(deps, caller, task_id)
     now = deps.now()
-    is_primary = primary or not deps.store.list_sessions(task.id)
+    is_primary = command.primary or not deps.store.list_sessions(task.id)
     session = Session(id=deps.new_id(), workspace_id=task.workspace_id, task_id=task.id, created_at=now,
                       updated_at=now, is_primary=is_primary, state=State.IDLE, version=0,
                       execution_id=deps.new_id())

@@ -1,37 +1,24 @@
 """Tasks: create, list, get."""
 from __future__ import annotations
 
-from typing import Any
-
 from ..auth.tokens import Caller
-from ..domain import validation as v
+from ..domain.commands import CreateTask
 from ..domain.model import Task
+from ..domain.public import task_view
 from .access import task_for_user
 from .deps import Deps
 from .events import emit
 from .projection import refresh_task_summary
 
-DEFAULT_STEP = "todo"
 
-
-def create_task(deps: Deps, caller: Caller, body: Any) -> Task:
+def create_task(deps: Deps, caller: Caller, command: CreateTask) -> Task:
     caller.require_user()
-    data = v.body_object(body)
-    title = v.text(data, "title", max_len=v.MAX_TITLE)
-    step = v.identifier(data, "workflow_step", required=False) or DEFAULT_STEP
-    assert title is not None
-    task = Task(id=deps.new_id(), workspace_id=caller.workspace_id, title=title, workflow_step=step,
-                created_at=deps.now())
+    task = Task(id=deps.new_id(), workspace_id=caller.workspace_id, title=command.title,
+                workflow_step=command.workflow_step, created_at=deps.now())
     deps.store.put_task(task)
     emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None, event_id=f"task.created:{task.id}",
-         kind="task.created", at=task.created_at, payload=task_payload(task))
+         kind="task.created", at=task.created_at, payload=task_view(task))
     return task
-
-
-def task_payload(task: Task) -> dict[str, object]:
-    return {"id": task.id, "title": task.title, "workflow_step": task.workflow_step, "created_at": task.created_at,
-            "status_summary": {"pending_action": task.summary.pending_action, "revision": task.summary.revision,
-                               "primary_session_id": task.summary.primary_session_id}}
 
 
 def list_tasks(deps: Deps, caller: Caller) -> list[Task]:

@@ -1,10 +1,8 @@
 """Workflow transitions of a task, guarded by the repository rule across all of its sessions."""
 from __future__ import annotations
 
-from typing import Any
-
 from ..auth.tokens import Caller
-from ..domain import validation as v
+from ..domain.commands import Transition
 from ..domain.errors import PendingClarification, StoreUnavailable
 from ..domain.model import Task
 from ..domain.rules import active_bundles
@@ -27,10 +25,7 @@ def guard(deps: Deps, task: Task) -> None:
         raise PendingClarification("an active clarification blocks this transition", session_ids=blocking)
 
 
-def transition(deps: Deps, caller: Caller, task_id: str, body: Any) -> Task:
-    data = v.body_object(body)
-    step = v.identifier(data, "to_step")
-    assert step is not None
+def transition(deps: Deps, caller: Caller, task_id: str, command: Transition) -> Task:
     task = task_for_user(deps, caller, task_id)
     guard(deps, task)
-    return deps.store.set_workflow_step(task.id, step)
+    return deps.store.set_workflow_step(task.id, command.to_step)

@@ -20,6 +20,8 @@ from ..domain.model import (
     Row,
     Session,
     State,
+    StatusSummary,
+    Task,
     Turn,
     TurnRecord,
     Watchdog,
@@ -233,6 +235,26 @@ def session_to_item(s: Session) -> dict[str, Any]:
         item["watchdog"] = watchdog_to_item(s.watchdog)
     item["queue"] = [prompt_to_item(p) for p in s.queue]
     return item
+
+
+def task_to_item(t: Task) -> dict[str, Any]:
+    item: dict[str, Any] = {"task_id": t.id, "workspace_id": t.workspace_id, "created_at": t.created_at,
+                            "title": t.title, "workflow_step": t.workflow_step,
+                            "summary_revision": t.summary.revision}
+    for name, value in (("pending_action", t.summary.pending_action),
+                        ("primary_session_id", t.summary.primary_session_id), ("summary_at", t.summary.updated_at)):
+        if value:
+            item[name] = value
+    return item
+
+
+def task_from_item(item: Mapping[str, Any]) -> Task:
+    return Task(id=item["task_id"], workspace_id=item["workspace_id"], title=item["title"],
+                workflow_step=item["workflow_step"], created_at=item["created_at"],
+                summary=StatusSummary(pending_action=item.get("pending_action") or None,
+                                      revision=int(item.get("summary_revision") or 0),
+                                      primary_session_id=item.get("primary_session_id") or None,
+                                      updated_at=item.get("summary_at") or ""))
 
 
 def history_sk_turn(seq: int) -> str:

@@ -1,51 +1,144 @@
-"""The repository rule and its parts as DynamoDB condition expressions.
+"""Every condition clause of the session aggregate's writes, written once.
 
-chalicelib.domain.rules.bundle_is_active is the same predicate over a read aggregate; every write that
-depends on "is this bundle active?" carries the expression built here, so read and write cannot disagree.
+Each clause renders a DynamoDB condition expression (DynamoStore) and evaluates itself on the stored item
+(MemoryStore), so both stores decide alike. `bundle_active` is THE repository rule as a condition:
+chalicelib.domain.rules.bundle_is_active is the same predicate over a read aggregate, and the contract suite
+proves the two agree.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..domain.model import TERMINAL_STATES
+from ..domain.model import TERMINAL_STATES, State
 from ..domain.rules import PENDING
-from .expr import Expr
+from .document import AnyOf, Clause, Equals, Exists, Missing, Not, OneOf, SameAs, SizeBelow, all_of, any_of
+
+TRUTHY = (True, "true", "1", 1)  # stored flags from old writers and other stores all mean true
 
 
-def turn_is(e: Expr, turn_id: str | None) -> str:
-    """Turn authority: the pointer is still the turn the caller saw (None: the session has no turn yet)."""
+def session_exists() -> Clause:
+    """An update never creates an aggregate: a missing session is a failed condition, not a new item."""
+    return Exists(("session_id",))
+
+
+def turn_is(turn_id: str | None) -> Clause:
+    """Turn authority: the pointer is still the turn the caller decided on (None: no turn yet)."""
     if turn_id is None:
-        return f"attribute_not_exists({e.path('current_turn')})"
-    return f"{e.path('current_turn', 'id')} = {e.value(turn_id)}"
+        return Missing(("current_turn",))
+    return Equals(("current_turn", "id"), turn_id)
 
 
-def bundle_current(e: Expr, bundle_id: str) -> str:
-    """The bundle belongs to the session's current turn (attribute-to-attribute comparison)."""
-    return f"{e.path('current_turn', 'id')} = {e.path('bundles', bundle_id, 'turn_id')}"
+def turn_open() -> Clause:
+    """Agent output, asks and the queue belong to a turn that has not completed."""
+    return Missing(("current_turn", "completed_at"))
 
 
-def not_terminal(e: Expr) -> str:
-    values = ", ".join(e.value(s.value) for s in sorted(TERMINAL_STATES))
-    return f"NOT ({e.path('state')} IN ({values}))"
+def turn_closed() -> Clause:
+    """A new turn never cuts into an open one."""
+    return Exists(("current_turn", "completed_at"))
 
 
-def row_pending(e: Expr, bundle_id: str, row_id: str) -> str:
-    """Absent or empty status counts as pending; any other value does not."""
-    path = e.path("bundles", bundle_id, "rows", row_id, "status")
-    return f"(attribute_not_exists({path}) OR {path} IN ({e.value(PENDING)}, {e.value('')}))"
+def state_in(states: Iterable[State]) -> Clause:
+    """The state machine: only the states the transition may leave."""
+    return OneOf(("state",), tuple(s.value for s in sorted(states)))
 
 
-def row_not_detached(e: Expr, bundle_id: str, row_id: str) -> str:
-    """Stored flags may be true, "true", "1" or 1: all of them mean detached."""
-    path = e.path("bundles", bundle_id, "rows", row_id, "agent_disconnected")
-    truthy = ", ".join(e.value(v) for v in (True, "true", "1", 1))
-    return f"NOT ({path} IN ({truthy}))"
+def state_is(state: State) -> Clause:
+    """The exact state the caller saw (a turn completes from the state it was in)."""
+    return Equals(("state",), state.value)
 
 
-def bundle_active(e: Expr, bundle_id: str, row_ids: Iterable[str]) -> str:
+def not_terminal() -> Clause:
+    """Terminal states are final: nothing answers, resumes or reopens an ended session."""
+    return Not(OneOf(("state",), tuple(s.value for s in sorted(TERMINAL_STATES))))
+
+
+def bundle_exists(bundle_id: str) -> Clause:
+    """Writes to a bundle need the bundle (deleted bundles stay deleted)."""
+    return Exists(("bundles", bundle_id))
+
+
+def bundle_absent(bundle_id: str) -> Clause:
+    """A new bundle never overwrites one with the same id."""
+    return Missing(("bundles", bundle_id))
+
+
+def bundle_current(bundle_id: str) -> Clause:
+    """The bundle belongs to the session's current turn (an attribute-to-attribute comparison)."""
+    return SameAs(("current_turn", "id"), ("bundles", bundle_id, "turn_id"))
+
+
+def row_pending(bundle_id: str, row_id: str) -> Clause:
+    """Absent or empty status counts as pending; any other value does not (fail closed)."""
+    path = ("bundles", bundle_id, "rows", row_id, "status")
+    return AnyOf((Missing(path), OneOf(path, (PENDING, ""))))
+
+
+def row_has_status(bundle_id: str, row_id: str, status: str) -> Clause:
+    """A restore puts back only rows that still carry the claim's own outcome."""
+    return Equals(("bundles", bundle_id, "rows", row_id, "status"), status)
+
+
+def row_not_detached(bundle_id: str, row_id: str) -> Clause:
+    """Detach changes only rows not detached yet, so a repeat writes nothing."""
+    return Not(OneOf(("bundles", bundle_id, "rows", row_id, "agent_disconnected"), TRUTHY))
+
+
+def bundle_active(bundle_id: str, row_ids: Iterable[str]) -> Clause:
     """THE rule: a pending row AND the current turn AND a non-terminal session."""
-    rows = [row_pending(e, bundle_id, q) for q in row_ids]
+    rows = [row_pending(bundle_id, q) for q in row_ids]
     if not rows:
         raise ValueError("an active bundle needs at least one candidate row")
-    any_pending = rows[0] if len(rows) == 1 else "(" + " OR ".join(rows) + ")"
-    return f"{bundle_current(e, bundle_id)} AND {not_terminal(e)} AND {any_pending}"
+    return all_of((bundle_current(bundle_id), not_terminal(), any_of(rows)))
+
+
+def delivery_unconfirmed(bundle_id: str, delivery_id: str) -> Clause:
+    """Confirmation and restore race on the same unconfirmed claim: exactly one of them wins."""
+    path = ("bundles", bundle_id, "delivery")
+    return all_of((Equals((*path, "delivery_id"), delivery_id), Missing((*path, "confirmed_at"))))
+
+
+def delivery_is(bundle_id: str, delivery_id: str) -> Clause:
+    """Only the claim the caller handled is finalised."""
+    return Equals(("bundles", bundle_id, "delivery", "delivery_id"), delivery_id)
+
+
+def no_reservation() -> Clause:
+    """One reservation at a time: a second detached resume cannot reserve over the first."""
+    return Missing(("reservation",))
+
+
+def reservation_is(turn_id: str) -> Clause:
+    """Recovery and acknowledgement touch only the reservation they were decided on."""
+    return Equals(("reservation", "turn_id"), turn_id)
+
+
+def reservation_unattempted() -> Clause:
+    """The attempted marker is written once: it is the at-most-once boundary."""
+    return Not(OneOf(("reservation", "attempted"), TRUTHY))
+
+
+def prompt_in(message_id: str, dispatch: str) -> Clause:
+    """Dispatch markers move forward only, and only for the prompt the caller handled."""
+    return all_of((Equals(("prompt", "message_id"), message_id), Equals(("prompt", "dispatch"), dispatch)))
+
+
+def watchdog_for(clarification_id: str) -> Clause:
+    """Only the armed watchdog of this clarification may fire or be disarmed."""
+    return Equals(("watchdog", "clarification_id"), clarification_id)
+
+
+def queue_below(cap: int) -> Clause:
+    """The queue is bounded so the aggregate stays small."""
+    return AnyOf((Missing(("queue",)), SizeBelow(("queue",), cap)))
+
+
+def queue_head_is(message_id: str) -> Clause:
+    """The drain pops exactly the head it dispatches: in order, once."""
+    return Equals(("queue", 0, "message_id"), message_id)
+
+
+def recon_due_is(due: str | None) -> Clause:
+    """The reconciler clears or moves only the owner deadline it read: a writer's newer one survives."""
+    return Missing(("recon_due",)) if due is None else Equals(("recon_due",), due)
+

@@ -146,7 +146,7 @@ class EventRecord(Model):
 
 
 class IdempotencyRecord(Model):
-    """A remembered result of an idempotent request (respond, message admission)."""
+    """A remembered result of an idempotent request (message admission; respond keeps its key in the claim)."""
 
     class Meta:
         table_name = "idempotency"
@@ -154,7 +154,6 @@ class IdempotencyRecord(Model):
 
     key = UnicodeAttribute(hash_key=True)
     fingerprint = UnicodeAttribute()
-    status_code = NumberAttribute()
     response = JSONAttribute()
     expires_at = TTLAttribute()
 

@@ -27,12 +27,13 @@ from ..domain.model import (
 
 @dataclass(frozen=True)
 class Remembered:
-    """The remembered outcome of an idempotent request (message admission)."""
+    """The remembered outcome of an idempotent request (message admission): `response` holds either the
+    result or the domain error it ended with; `expires_at` (epoch seconds) is when the record may go."""
 
     key: str
     fingerprint: str
-    status_code: int
     response: Mapping[str, Any]
+    expires_at: int = 0
 
 
 class Store(Protocol):
@@ -41,7 +42,7 @@ class Store(Protocol):
     def get_task(self, task_id: str) -> Task | None: ...
     def list_tasks(self, workspace_id: str) -> list[Task]: ...
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
-                         expected_revision: int, at: str = "") -> Task:
+                         expected_revision: int, at: str) -> Task:
         """Compare-and-set on the summary revision."""
         ...
 
@@ -75,7 +76,8 @@ class Store(Protocol):
         """Change state; `expire` names current-turn pending rows that expire in the same write."""
         ...
 
-    # -- clarification bundles (conditions: chalicelib.store.conditions, the rule as an expression)
+    # -- clarification bundles (defined once in chalicelib.store.writes; the rule as a condition is
+    #    chalicelib.store.conditions.bundle_active)
     def add_bundle(self, session_id: str, bundle: Bundle, *, expected_turn_id: str | None, new_turn: Turn | None,
                    from_states: Iterable[State], state: State, at: str) -> Session:
         """Add a bundle to the open current turn, or start `new_turn` with it, in one write."""
@@ -111,7 +113,8 @@ class Store(Protocol):
                         at: str) -> Session: ...
     def clear_watchdog(self, session_id: str, clarification_id: str, at: str) -> Session: ...
     def admit_watchdog_prompt(self, session_id: str, watchdog: Watchdog, prompt: Prompt, *, at: str) -> Session: ...
-    def dismiss(self, session_id: str, bundle_id: str, row_ids: Sequence[str], user: str, at: str) -> Session: ...
+    def dismiss(self, session_id: str, bundle_id: str, row_ids: Sequence[str], user_key: str,
+                at: str) -> Session: ...
     def reschedule(self, session_id: str, *, expected_due: str | None, next_due: str | None) -> bool:
         """Compare-and-set of the owner deadline (the reconciler's bookkeeping)."""
         ...

@@ -1007,7 +1007,7 @@ def test_list_tasks__stored_summary_claims_a_stale_question__repaired_and_publis
     assert stored is not None and stored.summary.pending_action is None
     stale = flow.store.set_task_summary(task, pending_action="clarification",
                                         primary_session_id=stored.summary.primary_session_id,
-                                        expected_revision=stored.summary.revision)
+                                        expected_revision=stored.summary.revision, at=stored.created_at)
 
     summary = flow.summary(task)
 
@@ -1026,7 +1026,7 @@ def test_list_tasks__stored_summary_misses_a_real_question__repaired(flow: Flow,
     stored = flow.store.get_task(task)
     assert stored is not None and stored.summary.pending_action == "clarification"
     flow.store.set_task_summary(task, pending_action=None, primary_session_id=stored.summary.primary_session_id,
-                                expected_revision=stored.summary.revision)
+                                expected_revision=stored.summary.revision, at=stored.created_at)
 
     summary = flow.summary(task)
 

@@ -468,7 +468,7 @@ def test_local_stream_pump__a_cancelled_transaction_in_between__later_records_st
                    created_at=bootstrap.deps().now(), generation=1, dispatch=Dispatch.PENDING)
     with pytest.raises(ConditionFailed):  # the transaction is cancelled (its session condition fails)
         flow.store.admit(sid, stray, start=None, expected_turn_id="not-the-turn", from_states=[State.IDLE],
-                         link_bundle=None, remember=Remembered("message:stray", "f", 201, {}), queue_cap=10,
+                         link_bundle=None, remember=Remembered("message:stray", "f", {}), queue_cap=10,
                          at=bootstrap.deps().now())
     sent = flow.post(sid, "[hang] after the cancelled transaction").json()
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from chalicelib.auth.tokens import Caller
+from chalicelib.domain import commands
 from chalicelib.domain.model import Delivery
 from chalicelib.domain.rules import bundle_is_active
 from chalicelib.functions.reconciler import reconcile
@@ -87,9 +88,9 @@ def _bulk_insert_idle(client: Any, table: str, count: int) -> None:
 
 def _broken_session(deps: Deps, store: DynamoStore, task_id: str) -> tuple[str, str]:
     """A session whose live answer was claimed (delivery intent set) and whose responder then died."""
-    session_id = sessions.create_session(deps, USER, task_id, {}).session.id
+    session_id = sessions.create_session(deps, USER, task_id, commands.create_session({})).session.id
     agent = Caller(sub=f"agent:{session_id}", role="agent", workspace_id=USER.workspace_id, session_id=session_id)
-    bundle_id = clarifications.ask(deps, agent, session_id, {"questions": QUESTIONS}).id
+    bundle_id = clarifications.ask(deps, agent, session_id, commands.ask({"questions": QUESTIONS})).id
     now = deps.now()
     delivery = Delivery(deps.new_id(), ("q1",), "answered", "live", now, deps.deadline())
     store.claim(session_id, bundle_id, {"q1": {"question_id": "q1", "selected_options": ["pg"], "custom_text": ""}},
@@ -109,7 +110,7 @@ def test_reconcile_before_traffic__10k_idle_and_10_broken__requests_bounded_by_t
 
     _bulk_insert_idle(store.client, str(SessionRecord.Meta.table_name), IDLE)
     inserted = time.perf_counter() - started
-    task_id = tasks.create_task(deps, USER, {"title": "Broken ones"}).id
+    task_id = tasks.create_task(deps, USER, commands.create_task({"title": "Broken ones"})).id
     broken = [_broken_session(deps, store, task_id) for _ in range(BROKEN)]
     assert sorted(deps.store.due_sessions(None)) == sorted(sid for sid, _ in broken)  # only work is indexed
 

@@ -265,7 +265,7 @@ def test_pump__after_a_cancelled_transaction__later_records_still_delivered(stac
     try:
         deps.store.admit(session, losing, start=Turn("t-lost", 1, now), expected_turn_id="not-current",
                          from_states=[State.IDLE], link_bundle=None, queue_cap=10, at=now,
-                         remember=Remembered("message:lost", "fp", 201, {}))
+                         remember=Remembered("message:lost", "fp", {}))
         raise AssertionError("the admission should have lost its condition")
     except ConditionFailed:
         pass

@@ -1,10 +1,9 @@
-"""Deterministic stand-ins for the outside world: a scripted agentctl, a fixed-step clock, counter ids.
-
-Same idea as the fakes inside tests/unit/test_services_memory.py, kept here so other suites can share them.
-"""
+"""Deterministic stand-ins for the outside world: a scripted agentctl, a fixed-step clock, an injected sleep
+that moves that clock, counter ids. Every suite that runs services in-process uses these."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +26,7 @@ class PromptCall:
     request: PromptRequest
     outcome: str
     dispatch_seen: Dispatch | None  # the stored dispatch state of the session's prompt when agentctl was called
+    turn_seen: str | None = None  # the stored current turn when agentctl was called
 
     @property
     def may_have_reached_agent(self) -> bool:
@@ -40,15 +40,18 @@ class FakeAgentctl:
 
     `steering` False (the default): `steer` refuses, so messages to a busy agent are queued, as with a
     runtime that cannot steer. True: steered messages are accepted and recorded like prompts.
+    `on_cancel` runs once on the next cancel: what the agent runtime does meanwhile (frames, say).
     """
 
     store: Any = None  # optional: lets the fake record the stored dispatch state at call time
     outcomes: list[str] = field(default_factory=list)
     default: str = "accept"
-    calls: list[PromptCall] = field(default_factory=list)
+    prompt_calls: list[PromptCall] = field(default_factory=list)
     cancels: list[CancelRequest] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  # "prompt" / "cancel" / "steer", in order
     cancel_fails: bool = False
     steering: bool = False
+    on_cancel: Callable[[CancelRequest], None] | None = None
 
     def script(self, *outcomes: str) -> None:
         for outcome in outcomes:
@@ -58,11 +61,13 @@ class FakeAgentctl:
 
     def prompt(self, request: PromptRequest) -> PromptOutcome:
         outcome = self.outcomes.pop(0) if self.outcomes else self.default
-        seen = None
+        seen, turn = None, None
         if self.store is not None:
             stored = self.store.get_session(request.session_id)
             seen = stored.prompt.dispatch if stored is not None and stored.prompt is not None else None
-        self.calls.append(PromptCall(request, outcome, seen))
+            turn = stored.current_turn.id if stored is not None and stored.current_turn is not None else None
+        self.prompt_calls.append(PromptCall(request, outcome, seen, turn))
+        self.calls.append("prompt")
         if outcome == "ambiguous":
             raise AgentctlAmbiguous("read timeout: the request may not have reached the agent")
         if outcome == "accept-then-fail":
@@ -72,21 +77,35 @@ class FakeAgentctl:
     def steer(self, request: PromptRequest) -> bool:
         if not self.steering:
             return False
-        self.calls.append(PromptCall(request, "accept", None))
+        self.prompt_calls.append(PromptCall(request, "accept", None))
+        self.calls.append("steer")
         return True
 
     def cancel(self, request: CancelRequest) -> None:
         self.cancels.append(request)
+        self.calls.append("cancel")
+        hook, self.on_cancel = self.on_cancel, None
+        if hook is not None:
+            hook(request)
         if self.cancel_fails:
             raise AgentctlAmbiguous("connection reset")
 
     @property
     def prompts(self) -> list[PromptRequest]:
-        return [c.request for c in self.calls]
+        return [c.request for c in self.prompt_calls]
+
+    @property
+    def seen(self) -> list[tuple[Dispatch | None, str | None]]:
+        """(stored dispatch state, stored current turn) at each prompt call."""
+        return [(c.dispatch_seen, c.turn_seen) for c in self.prompt_calls]
+
+    @property
+    def dispatch_seen(self) -> list[Dispatch | None]:
+        return [c.dispatch_seen for c in self.prompt_calls]
 
     def carrying(self, marker: str) -> list[PromptCall]:
         """Prompts that may have handed `marker` to the agent (synchronous rejections excluded)."""
-        return [c for c in self.calls if marker in c.request.text and c.may_have_reached_agent]
+        return [c for c in self.prompt_calls if marker in c.request.text and c.may_have_reached_agent]
 
 
 class StepClock:
@@ -105,6 +124,31 @@ class StepClock:
         self.now += timedelta(seconds=seconds)
 
 
+class Sleeper:
+    """The injected sleep: advances the clock and runs what a test scheduled for the Nth sleep, so what
+    "happens while a party waits" is exact."""
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+        self.calls = 0
+        self.slept = 0.0
+        self.actions: dict[int, Callable[[], None]] = {}
+        self.every: Callable[[float], None] | None = None
+
+    def at(self, call: int, action: Callable[[], None]) -> None:
+        self.actions[call] = action
+
+    def __call__(self, seconds: float) -> None:
+        self.calls += 1
+        self.slept += seconds
+        self.clock.advance(seconds)
+        action = self.actions.pop(self.calls, None)
+        if action is not None:
+            action()
+        if self.every is not None:
+            self.every(seconds)
+
+
 class CounterIds:
     """id-0001, id-0002, ...: deterministic, sortable, and free of the clarification-id separator."""
 
@@ -120,4 +164,4 @@ def agent_token(workspace_id: str, session_id: str) -> str:
     return f"agent-token:{workspace_id}:{session_id}"
 
 
-__all__ = ["FakeAgentctl", "PromptCall", "StepClock", "CounterIds", "agent_token", "START", "OUTCOMES"]
+__all__ = ["FakeAgentctl", "PromptCall", "StepClock", "Sleeper", "CounterIds", "agent_token", "START", "OUTCOMES"]

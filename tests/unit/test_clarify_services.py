@@ -6,15 +6,12 @@ written into a MemoryStore; a fake agentctl records cancels. Expectations follow
 """
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from chalicelib.agentctl.client import CancelRequest, PromptOutcome, PromptRequest
-from chalicelib.api.views import clarification_view
+from chalicelib.agentctl.client import CancelRequest
 from chalicelib.auth.tokens import Caller
 from chalicelib.domain import clarify
 from chalicelib.domain.errors import ClarificationInactive, PendingClarification, StoreUnavailable
@@ -31,65 +28,42 @@ from chalicelib.domain.model import (
     Task,
     Turn,
 )
+from chalicelib.domain.public import clarification_view
 from chalicelib.domain.rules import pending_action
-from chalicelib.services import clarifications, history, lifecycle, messages, projection, workflow
-from chalicelib.services.deps import Deps, Settings
+from chalicelib.services import clarifications, history, lifecycle, projection, workflow
 from chalicelib.store import codec
 from chalicelib.store.memory import MemoryStore
+from tests.support.world import World
 
 WS = "ws-1"
 USER = Caller(sub="user-1", role="user", workspace_id=WS)
 SID = "s1"
 T1 = Turn(id="t1", seq=1, started_at="2025-01-01T11:00:00.000000Z")
 T2 = Turn(id="t2", seq=2, started_at="2025-01-01T11:30:00.000000Z")
+NOW = "2025-01-01T12:00:00.000000Z"
 TRUTHY_FLAGS: list[Any] = [True, "true", "1", 1]
 
 
-@dataclass
-class FakeAgentctl:
-    prompts: list[PromptRequest] = field(default_factory=list)
-    cancels: list[CancelRequest] = field(default_factory=list)
-
-    def prompt(self, request: PromptRequest) -> PromptOutcome:
-        self.prompts.append(request)
-        return PromptOutcome.ACCEPTED
-
-    def cancel(self, request: CancelRequest) -> None:
-        self.cancels.append(request)
-
-
-@dataclass
-class World:
-    deps: Deps
-    store: MemoryStore
-    agent: FakeAgentctl
-
+class W(World):
     def put(self, session: Session) -> Session:
-        self.store.create_session(session)
-        if self.store.get_task(session.task_id) is None:
-            self.store.put_task(Task(id=session.task_id, workspace_id=WS, title="t", workflow_step="todo",
-                                     created_at="2025-01-01T10:00:00.000000Z"))
-        return session
+        """Store the aggregate as another writer left it; returns it as the store reads it back."""
+        super().put(session)
+        return self.get(session.id)
 
     def get(self, session_id: str = SID) -> Session:
-        found = self.store.get_session(session_id)
-        assert found is not None
-        return found
+        return super().get(session_id)
 
-    def rows(self, bundle_id: str, session_id: str = SID) -> dict[str, tuple[str, Any]]:
+    def rows(self, bundle_id: str, session_id: str = SID) -> dict[str, tuple[str, Any]]:  # type: ignore[override]
         bundle = self.get(session_id).bundle(bundle_id)
         assert bundle is not None
-        return {r.question.question_id: (r.status, r.agent_disconnected) for r in bundle.rows}
+        raw = self.store.items[session_id]["bundles"][bundle_id]["rows"]
+        return {r.question.question_id: (r.status, raw[r.question.question_id]["agent_disconnected"])
+                for r in bundle.rows}
 
 
 @pytest.fixture
-def w() -> World:
-    store, agent = MemoryStore(), FakeAgentctl()
-    ids = itertools.count(1)
-    deps = Deps(store=store, agentctl=agent, clock=lambda: datetime(2025, 1, 1, 12, tzinfo=UTC),
-                new_id=lambda: f"id-{next(ids)}", agent_token=lambda ws, sid: f"token:{ws}:{sid}",
-                settings=Settings(deployment_id="unit"), sleep=lambda s: None)
-    return World(deps, store, agent)
+def w() -> W:
+    return W()
 
 
 def row(qid: str = "q1", status: str = "pending", detached: Any = False, response: Any = None) -> Row:
@@ -116,7 +90,7 @@ def agent_for(session_id: str = SID) -> Caller:
 
 
 # ====================================================================== pause_for_input
-def test_pause_for_input__snapshotted_turn_still_current__detached_then_cancelled_silently(w: World) -> None:
+def test_pause_for_input__snapshotted_turn_still_current__detached_then_cancelled_silently(w: W) -> None:
     b = bundle("b1", T1)
     s = w.put(session(b))
 
@@ -130,7 +104,7 @@ def test_pause_for_input__snapshotted_turn_still_current__detached_then_cancelle
 
 @pytest.mark.parametrize("expected, stored_turn", [(T1.id, T2), (None, T1)],
                          ids=["snapshot-t1-now-t2", "snapshot-no-turn-now-first-turn"])
-def test_pause_for_input__turn_changed_during_detachment__no_cancel(w: World, expected: str | None,
+def test_pause_for_input__turn_changed_during_detachment__no_cancel(w: W, expected: str | None,
                                                                     stored_turn: Turn) -> None:
     """D3: a specific turn and "no turn" are both explicit expectations; a mismatch rejects the cancel."""
     b = bundle("b1", stored_turn)  # the bundle belongs to the turn that is current now
@@ -142,7 +116,7 @@ def test_pause_for_input__turn_changed_during_detachment__no_cancel(w: World, ex
     assert w.agent.cancels == []
 
 
-def test_pause_for_input__no_turn_expected_and_none_exists__cancelled(w: World) -> None:
+def test_pause_for_input__no_turn_expected_and_none_exists__cancelled(w: W) -> None:
     b = bundle("b1", T1)  # pre-turn history: no durable turn owns it
     s = w.put(session(b, turn=None, state=State.IDLE))
 
@@ -152,7 +126,7 @@ def test_pause_for_input__no_turn_expected_and_none_exists__cancelled(w: World) 
     assert w.rows(b.id) == {"q1": ("pending", False)}  # inert: nothing to detach
 
 
-def test_pause_for_input__stale_snapshot_before_a_newer_turn__no_cancel_and_no_write(w: World) -> None:
+def test_pause_for_input__stale_snapshot_before_a_newer_turn__no_cancel_and_no_write(w: W) -> None:
     b = bundle("b1", T1)
     snapshot = session(b)
     w.put(replace(snapshot, current_turn=T2, turn_seq=2, state=State.RUNNING))
@@ -165,7 +139,7 @@ def test_pause_for_input__stale_snapshot_before_a_newer_turn__no_cancel_and_no_w
 
 
 def test_pause_for_input__stale_snapshot_with_nothing_left_to_detach__decides_on_the_durable_turn(
-        w: World) -> None:
+        w: W) -> None:
     """The snapshot says T1 and the bundle is already detached there; meanwhile T2 became current.
 
     "Still current" is a fact about storage: the pause must not cancel the agent's T2 turn.
@@ -180,7 +154,7 @@ def test_pause_for_input__stale_snapshot_with_nothing_left_to_detach__decides_on
     assert w.agent.cancels == []
 
 
-def test_pause_for_input__terminal_session__no_cancel(w: World) -> None:
+def test_pause_for_input__terminal_session__no_cancel(w: W) -> None:
     b = bundle("b1", T1, row(status="expired", detached=True))
     s = w.put(session(b, state=State.CANCELLED))
 
@@ -189,7 +163,7 @@ def test_pause_for_input__terminal_session__no_cancel(w: World) -> None:
 
 
 # ====================================================================== detach
-def test_detach_bundle__pending_rows__detached_in_one_write_and_returned(w: World) -> None:
+def test_detach_bundle__pending_rows__detached_in_one_write_and_returned(w: W) -> None:
     b = bundle("b1", T1, row("q1"), row("q2"), row("q3", status="cancelled"))
     s = w.put(session(b))
     writes = w.store.writes
@@ -198,10 +172,10 @@ def test_detach_bundle__pending_rows__detached_in_one_write_and_returned(w: Worl
 
     assert detached == ["q1", "q2"] and w.store.writes == writes + 1
     assert w.rows(b.id) == {"q1": ("pending", True), "q2": ("pending", True), "q3": ("cancelled", False)}
-    assert stored == w.get() and clarify.derived_state(stored, stored.bundles[0]) == "active_detached"
+    assert stored == w.get() and clarify.derived_state(stored, stored.bundles[0], NOW) == "active_detached"
 
 
-def test_detach_bundle__repeated__returns_nothing_and_writes_nothing(w: World) -> None:
+def test_detach_bundle__repeated__returns_nothing_and_writes_nothing(w: W) -> None:
     b = bundle("b1", T1)
     s = w.put(session(b))
     clarifications.detach_bundle(w.deps, s, b.id)
@@ -214,7 +188,7 @@ def test_detach_bundle__repeated__returns_nothing_and_writes_nothing(w: World) -
 
 
 @pytest.mark.parametrize("flag", TRUTHY_FLAGS, ids=["bool", "string-true", "string-1", "number-1"])
-def test_detach_bundle__flag_stored_as_truthy_variant__semantic_noop(w: World, flag: Any) -> None:
+def test_detach_bundle__flag_stored_as_truthy_variant__semantic_noop(w: W, flag: Any) -> None:
     """D1: a row another writer marked detached with true, "true", "1" or 1 is not detached again."""
     b = bundle("b1", T1, row(detached=flag))
     s = w.put(session(b))
@@ -224,12 +198,12 @@ def test_detach_bundle__flag_stored_as_truthy_variant__semantic_noop(w: World, f
     assert clarifications.detach(w.deps, agent_for(), b.id) == []
 
     assert w.store.writes == writes and w.get() == s
-    assert clarify.derived_state(s, b) == "active_detached"
-    assert clarification_view(s, b)["agent_disconnected"] is True
+    assert clarify.derived_state(s, b, NOW) == "active_detached"
+    assert clarification_view(s, b, now=NOW)["agent_disconnected"] is True
 
 
 @pytest.mark.parametrize("flag", TRUTHY_FLAGS, ids=["bool", "string-true", "string-1", "number-1"])
-def test_complete_turn__flag_stored_as_truthy_variant__completion_pass_skips_the_row(w: World, flag: Any) -> None:
+def test_complete_turn__flag_stored_as_truthy_variant__completion_pass_skips_the_row(w: W, flag: Any) -> None:
     b = bundle("b1", T1, row("q1", detached=flag), row("q2"))
     s = w.put(session(b, state=State.WAITING_FOR_INPUT))
 
@@ -258,7 +232,7 @@ def test_codec__stored_detach_flag__read_as_boolean(stored: Any, expected: bool)
     assert read.bundles[0].rows[0].agent_disconnected is expected
 
 
-def test_detach_bundle__older_turn_bundle__nothing_written(w: World) -> None:
+def test_detach_bundle__older_turn_bundle__nothing_written(w: W) -> None:
     b = bundle("b1", T1)
     s = w.put(session(b, turn=T2, state=State.RUNNING))
     writes = w.store.writes
@@ -267,7 +241,7 @@ def test_detach_bundle__older_turn_bundle__nothing_written(w: World) -> None:
     assert w.store.writes == writes and w.rows(b.id) == {"q1": ("pending", False)}
 
 
-def test_complete_turn__live_bundles__detached_with_the_completion_then_noop(w: World) -> None:
+def test_complete_turn__live_bundles__detached_with_the_completion_then_noop(w: W) -> None:
     older = bundle("old", T1, row(detached=False))
     live = bundle("live", T2, row("q1"), row("q2"))
     s = w.put(session(older, live, turn=T2, state=State.WAITING_FOR_INPUT))
@@ -285,7 +259,7 @@ def test_complete_turn__live_bundles__detached_with_the_completion_then_noop(w: 
 
 
 # ====================================================================== supersede
-def test_send_message__after_the_turn_ended__older_bundle_superseded_everywhere(w: World) -> None:
+def test_send_message__after_the_turn_ended__older_bundle_superseded_everywhere(w: W) -> None:
     b = bundle("b1", T1, row(detached=True))
     closed = replace(T1, completed_at="2025-01-01T11:10:00.000000Z")
     w.put(session(b, turn=closed, state=State.WAITING_FOR_INPUT))
@@ -294,12 +268,12 @@ def test_send_message__after_the_turn_ended__older_bundle_superseded_everywhere(
     with pytest.raises(PendingClarification):
         workflow.guard(w.deps, task)
 
-    admission = messages.send_message(w.deps, USER, SID, {"client_message_id": "m1", "content": "go on"})
+    admission = w.send(SID, "go on", "m1")
 
     s = w.get()
     assert admission.admission == "sent" and s.current_turn is not None and s.current_turn.id == admission.turn_id
-    assert clarify.derived_state(s, s.bundles[0]) == "superseded"
-    view = clarification_view(s, s.bundles[0])
+    assert clarify.derived_state(s, s.bundles[0], NOW) == "superseded"
+    view = clarification_view(s, s.bundles[0], now=NOW)
     assert (view["answerable"], view["late_answer_allowed"]) == (False, True)
     assert pending_action(s) is None
     workflow.guard(w.deps, task)  # no longer blocks
@@ -310,7 +284,7 @@ def test_send_message__after_the_turn_ended__older_bundle_superseded_everywhere(
     assert w.rows(b.id) == {"q1": ("pending", True)}  # history keeps its row status
 
 
-def test_delete_message__every_message_of_the_newer_turn__pointer_stays_and_older_bundle_inert(w: World) -> None:
+def test_delete_message__every_message_of_the_newer_turn__pointer_stays_and_older_bundle_inert(w: W) -> None:
     b = bundle("b1", T1)
     s = w.put(session(b, turn=T2, state=State.RUNNING))
     newer = [Message(id=f"m{i}", session_id=SID, workspace_id=WS, task_id="task-1", turn_id=T2.id, turn_seq=2,
@@ -325,13 +299,13 @@ def test_delete_message__every_message_of_the_newer_turn__pointer_stays_and_olde
     after = w.get()
     assert after.current_turn == T2 and after.turn_seq == 2
     assert w.store.list_history(SID)[1] == []
-    assert clarify.derived_state(after, after.bundles[0]) == "superseded" and pending_action(after) is None
+    assert clarify.derived_state(after, after.bundles[0], NOW) == "superseded" and pending_action(after) is None
     assert after.bundles == s.bundles
 
 
 # ====================================================================== terminal expiry
 @pytest.mark.parametrize("terminal", [State.COMPLETED, State.FAILED, State.CANCELLED])
-def test_end_session__current_turn_pending_rows__expired_in_the_same_write(w: World, terminal: State) -> None:
+def test_end_session__current_turn_pending_rows__expired_in_the_same_write(w: W, terminal: State) -> None:
     older = bundle("old", T1)
     current = bundle("cur", T2, row("q1"), row("q2", status="answered", response={"selected_options": ["a"]}))
     s = w.put(session(older, current, turn=T2, state=State.WAITING_FOR_INPUT))
@@ -342,11 +316,11 @@ def test_end_session__current_turn_pending_rows__expired_in_the_same_write(w: Wo
     assert ended.state == terminal and w.store.writes == writes + 1
     assert w.rows(current.id) == {"q1": ("expired", True), "q2": ("answered", False)}
     assert w.rows(older.id) == {"q1": ("pending", False)}  # another bundle: untouched
-    assert clarification_view(ended, ended.bundles[1])["answerable"] is False
+    assert clarification_view(ended, ended.bundles[1], now=NOW)["answerable"] is False
     assert pending_action(ended) is None
 
 
-def test_end_session__already_in_that_state__no_write(w: World) -> None:
+def test_end_session__already_in_that_state__no_write(w: W) -> None:
     s = w.put(session(bundle("b1", T1, row(status="expired", detached=True)), state=State.CANCELLED))
     writes = w.store.writes
 
@@ -355,7 +329,7 @@ def test_end_session__already_in_that_state__no_write(w: World) -> None:
 
 
 # ====================================================================== isolation
-def test_agent_cancel__one_of_two_bundles__only_that_bundle_changes(w: World) -> None:
+def test_agent_cancel__one_of_two_bundles__only_that_bundle_changes(w: W) -> None:
     a, b = bundle("a", T1), bundle("b", T1, row("q1"), row("q2"))
     w.put(session(a, b))
 
@@ -365,11 +339,11 @@ def test_agent_cancel__one_of_two_bundles__only_that_bundle_changes(w: World) ->
     assert w.rows(a.id) == {"q1": ("cancelled", False)}
     assert w.rows(b.id) == {"q1": ("pending", False), "q2": ("pending", False)}
     s = w.get()
-    assert [clarify.derived_state(s, x) for x in s.bundles] == ["cancelled", "active_live"]
+    assert [clarify.derived_state(s, x, NOW) for x in s.bundles] == ["cancelled", "active_live"]
     assert pending_action(s) == "clarification"
 
 
-def test_detach__one_of_two_bundles__only_that_bundle_changes(w: World) -> None:
+def test_detach__one_of_two_bundles__only_that_bundle_changes(w: W) -> None:
     a, b = bundle("a", T1), bundle("b", T1)
     w.put(session(a, b))
 
@@ -378,7 +352,7 @@ def test_detach__one_of_two_bundles__only_that_bundle_changes(w: World) -> None:
     assert w.rows(a.id) == {"q1": ("pending", True)} and w.rows(b.id) == {"q1": ("pending", False)}
 
 
-def test_delete_message__one_bundle__only_that_bundle_removed(w: World) -> None:
+def test_delete_message__one_bundle__only_that_bundle_removed(w: W) -> None:
     a, b = bundle("a", T1), bundle("b", T1, row(detached=True))
     s = w.put(session(a, b))
 
@@ -395,7 +369,7 @@ class FailingSessions(MemoryStore):
         raise StoreUnavailable("injected: index unreachable")
 
 
-def test_guard__authority_read_fails__blocks(w: World) -> None:
+def test_guard__authority_read_fails__blocks(w: W) -> None:
     deps = replace(w.deps, store=FailingSessions())
     task = Task(id="task-1", workspace_id=WS, title="t", workflow_step="todo", created_at="x")
 
@@ -406,7 +380,7 @@ def test_guard__authority_read_fails__blocks(w: World) -> None:
 @pytest.mark.parametrize("case, blocks", [
     ("live", True), ("detached", True), ("superseded", False), ("terminal", False), ("answered", False),
 ])
-def test_guard__bundle_state__blocks_only_active_bundles(w: World, case: str, blocks: bool) -> None:
+def test_guard__bundle_state__blocks_only_active_bundles(w: W, case: str, blocks: bool) -> None:
     rows = {"live": row(), "detached": row(detached="1"), "superseded": row(), "terminal": row(),
             "answered": row(status="answered", response={"selected_options": ["a"]})}
     b = bundle("b1", T1, rows[case])
@@ -424,10 +398,10 @@ def test_guard__bundle_state__blocks_only_active_bundles(w: World, case: str, bl
 
 
 # ====================================================================== projections and derived states
-def test_refresh_task_summary__existing_summary_disagrees__repaired_once(w: World) -> None:
+def test_refresh_task_summary__existing_summary_disagrees__repaired_once(w: W) -> None:
     w.put(session(bundle("b1", T1), turn=T2, state=State.RUNNING))  # only a superseded question
     stale = w.store.set_task_summary("task-1", pending_action="clarification", primary_session_id=SID,
-                                     expected_revision=0)
+                                     expected_revision=0, at=NOW)
 
     repaired = projection.refresh_task_summary(w.deps, "task-1")
     again = projection.refresh_task_summary(w.deps, "task-1")
@@ -449,16 +423,17 @@ class RacingProjector(MemoryStore):
         self.raced = False
 
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
-                         expected_revision: int, at: str = "") -> Task:
+                         expected_revision: int, at: str) -> Task:
         if not self.raced:
             self.raced = True
             super().set_task_summary(task_id, pending_action="clarification", primary_session_id="someone-else",
-                                     expected_revision=expected_revision)
+                                     expected_revision=expected_revision, at=at)
         return super().set_task_summary(task_id, pending_action=pending_action,
-                                        primary_session_id=primary_session_id, expected_revision=expected_revision)
+                                        primary_session_id=primary_session_id, expected_revision=expected_revision,
+                                        at=at)
 
 
-def test_refresh_task_summary__compare_and_set_lost__reloads_and_reapplies_the_rule(w: World) -> None:
+def test_refresh_task_summary__compare_and_set_lost__reloads_and_reapplies_the_rule(w: W) -> None:
     """P4: the read-time repair and the live projector race; the loser reloads and re-derives, never
     overwriting a newer revision with its stale computation."""
     store = RacingProjector()
@@ -468,7 +443,7 @@ def test_refresh_task_summary__compare_and_set_lost__reloads_and_reapplies_the_r
 
     repaired = projection.refresh_task_summary(deps, "task-1")
 
-    assert repaired is not None and repaired.summary == StatusSummary(None, 2, SID)
+    assert repaired is not None and repaired.summary == StatusSummary(None, 2, SID, NOW)
     events = [e for _, _, e in store.list_events(WS, low_sk="", after_sk="", written_after="", limit=100)]
     assert [e.payload["status_summary"]["revision"] for e in events] == [2]
 
@@ -487,7 +462,7 @@ def test_clarification_view__row_states__derived_state_and_answerable(rows: tupl
     b = bundle("b1", T1, *rows, **extra)
     s = session(b)
 
-    view = clarification_view(s, b)
+    view = clarification_view(s, b, now=NOW)
 
     assert view["state"] == expected
     assert view["answerable"] is (expected in ("active_live", "active_detached"))

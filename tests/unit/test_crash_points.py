@@ -30,20 +30,19 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from chalicelib.auth.tokens import Caller
-from chalicelib.domain import clarify
+from chalicelib.domain import clarify, commands
 from chalicelib.domain.errors import DomainError
-from chalicelib.domain.model import Dispatch, Event, Session
+from chalicelib.domain.model import Dispatch, Event
+from chalicelib.domain.public import PRIVATE_FIELDS
 from chalicelib.domain.rules import bundle_is_active, published_turn
 from chalicelib.functions import streams
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
 from chalicelib.services import (
     clarifications,
-    frames,
     history,
     messages,
     responses,
@@ -53,11 +52,11 @@ from chalicelib.services import (
     workflow,
 )
 from chalicelib.services.deps import Deps, Settings
-from chalicelib.services.events import PRIVATE_FIELDS
 from chalicelib.services.projection import refresh_task_summary, task_summary
 from chalicelib.store.memory import MemoryStore
 from tests.support.crash import PHASES, WRITE_METHODS, CrashingStore, KillPoint, ProcessDied, SessionTap
-from tests.support.fakes import CounterIds, FakeAgentctl, StepClock, agent_token
+from tests.support.world import World as BaseWorld
+from tests.support.world import agent_of
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "artifacts" / "crash_points.txt"
@@ -66,10 +65,6 @@ MIN_BOUNDARIES = 15
 
 # Store writes that no covered operation performs. Keep this minimal; justify every entry.
 ALLOWED_UNREACHED: dict[str, str] = {}
-
-
-def agent_of(session_id: str) -> Caller:
-    return Caller(sub=f"agent:{session_id}", role="agent", workspace_id="ws-1", session_id=session_id)
 
 
 class Abandon(BaseException):
@@ -105,24 +100,19 @@ def answers_body(marker: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the world
-class World:
+class World(BaseWorld):
     """One deterministic installation: MemoryStore behind a stream tap, fake agent, step clock, counter ids."""
 
     def __init__(self) -> None:
-        self.memory = MemoryStore()
-        self.store = SessionTap(self.memory)
-        self.clock = StepClock(step=timedelta(milliseconds=1))
-        self.agent = FakeAgentctl(store=self.memory)
+        super().__init__(SessionTap(MemoryStore()), step_ms=1,
+                         settings=Settings(deployment_id="crash-harness", poll_interval=1.0))
         self.sleep_hook: Callable[[float], None] | None = None
-        self.deps = Deps(store=self.store, agentctl=self.agent, clock=self.clock,  # type: ignore[arg-type]
-                         new_id=CounterIds(), agent_token=agent_token,
-                         settings=Settings(deployment_id="crash-harness", poll_interval=1.0),
-                         sleep=self._sleep)
+        self.deps = replace(self.deps, sleep=self._sleep)
         self.handoffs: list[str] = []  # what live waiters returned to the agent
         self.answers: list[Answer] = []
         self.pumped = 0
         self.frozen: set[tuple[str, str]] = set()
-        self.task_id = tasks.create_task(self.deps, USER, {"title": "Refactor"}).id
+        self.task_id = self.task()
         self._markers = 0
 
     # -------------------------------------------------------------- plumbing
@@ -132,11 +122,6 @@ class World:
 
     def using(self, store: Any) -> Deps:
         return replace(self.deps, store=store)
-
-    def session(self, session_id: str) -> Session:
-        found = self.memory.get_session(session_id)
-        assert found is not None
-        return found
 
     def marker(self) -> str:
         self._markers += 1
@@ -161,29 +146,18 @@ class World:
 
     # -------------------------------------------------------------- the product, as users and agents use it
     def new_session(self) -> str:
-        return sessions.create_session(self.deps, USER, self.task_id, {}).session.id
-
-    def frame(self, kind: str, session_id: str, **extra: Any) -> dict[str, Any]:
-        s = self.session(session_id)
-        turn = s.current_turn
-        return {"type": kind, "execution_id": s.execution_id, "prompt_generation": s.generation,
-                "turn_id": turn.id if turn else None, **extra}
-
-    def frames(self, session_id: str, *items: dict[str, Any], deps: Deps | None = None) -> None:
-        frames.apply_frames(deps or self.deps, agent_of(session_id), session_id, {"frames": list(items)})
+        return self.session(task_id=self.task_id).id
 
     def complete_turn(self, session_id: str) -> None:
-        self.frames(session_id, self.frame("turn_completed", session_id))
+        self.report(session_id, "turn_completed")
 
-    def send(self, session_id: str, content: str, cmid: str, deps: Deps | None = None) -> messages.Admission:
-        return messages.send_message(deps or self.deps, USER, session_id,
-                                     {"client_message_id": cmid, "content": content})
 
     def running(self, session_id: str) -> None:
         self.send(session_id, "please start", f"start-{session_id}")
 
-    def ask(self, session_id: str, deps: Deps | None = None) -> str:
-        return clarifications.ask(deps or self.deps, agent_of(session_id), session_id, {"questions": QUESTIONS}).id
+    def ask(self, session_id: str, questions: list[dict[str, Any]] | None = None, deps: Deps | None = None,
+            **body: Any) -> str:
+        return super().ask(session_id, questions or QUESTIONS, deps, **body)
 
     def lease(self, bundle_id: str, deps: Deps | None = None) -> None:
         session_id = clarify.session_of(bundle_id)
@@ -201,7 +175,7 @@ class World:
         """The agent's turn completed while it waited: the question is active and detached."""
         bundle_id = self.live_bundle(session_id)
         self.complete_turn(session_id)
-        assert clarify.is_detached(self.session(session_id).bundle(bundle_id))  # type: ignore[arg-type]
+        assert clarify.is_detached(self.get(session_id).bundle(bundle_id), self.deps.now())  # type: ignore[arg-type]
         return bundle_id
 
     def superseded_bundle(self, session_id: str) -> str:
@@ -237,12 +211,12 @@ class World:
         self.answers.append(a)
         return a
 
-    def respond(self, a: Answer, deps: Deps | None = None) -> Any:
+    def respond_answer(self, a: Answer, deps: Deps | None = None) -> Any:
         assert a.bundle_id is not None
-        return responses.respond(deps or self.deps, USER, a.bundle_id, a.body, a.key)
+        return self.respond(a.bundle_id, a.body, a.key, deps=deps)
 
     def send_answer(self, a: Answer, deps: Deps | None = None) -> messages.Admission:
-        return messages.send_message(deps or self.deps, USER, a.session_id, a.body)
+        return self.message(a.session_id, a.body, deps=deps)
 
     def waiter(self, bundle_id: str, deps: Deps | None = None) -> Callable[[float], None]:
         """The agent's live waiter: at the responder's first poll it receives the claim, durably confirms it,
@@ -266,7 +240,7 @@ class World:
             status, body = responses.wait(deps, agent, bundle_id, timeout=0)
             if status != 200 or "delivery_id" not in body:
                 return
-            responses.confirm(deps, agent, bundle_id, {"delivery_id": body["delivery_id"]})
+            self.confirm(bundle_id, body["delivery_id"], deps)
         except DomainError:
             return  # the waiter's own failure: it does not hand anything over
         self.handoffs.append(json.dumps(body["response"]))
@@ -277,7 +251,7 @@ class World:
         a = self.answer(bundle_id)
         self.sleep_hook = self.waiter(bundle_id)
         try:
-            self.respond(a)
+            self.respond_answer(a)
         finally:
             self.sleep_hook = None
         return a
@@ -291,7 +265,7 @@ class World:
             raise Abandon()
         self.sleep_hook = abandon
         try:
-            self.respond(a)
+            self.respond_answer(a)
         except Abandon:
             pass
         finally:
@@ -330,7 +304,7 @@ class World:
 
     def bundle_fate(self, a: Answer) -> tuple[str, list[str]]:
         assert a.bundle_id is not None
-        s = self.session(a.session_id)
+        s = self.get(a.session_id)
         b = s.bundle(a.bundle_id)
         if b is None:
             return "gone", ["(1) the answered bundle vanished"]
@@ -347,7 +321,8 @@ class World:
         statuses = {rows[q].status for q in a.rows}
         if statuses == {"pending"}:
             if not bundle_is_active(s, b):
-                problems.append(f"(1) the rows are pending but not answerable ({clarify.derived_state(s, b)})")
+                state = clarify.derived_state(s, b, self.deps.now())
+                problems.append(f"(1) the rows are pending but not answerable ({state})")
             return "restorable", problems
         if statuses != {a.outcome}:
             return "mixed", problems + [f"(1) rows are {sorted(statuses)}: neither restorable nor {a.outcome}"]
@@ -375,13 +350,13 @@ class World:
         return str(result), problems + [f"(1) the delivery ended as {result!r}: the answer never reached the agent"]
 
     def message_fate(self, a: Answer) -> tuple[str, list[str]]:
-        s = self.session(a.session_id)
+        s = self.get(a.session_id)
         problems: list[str] = []
         carrying = self.agent.carrying(a.marker)
         if len(carrying) > 1:
             problems.append(f"(2) the message may have reached the agent {len(carrying)} times")
         remembered = self.memory.get_remembered(f"message:{s.id}:{a.key}")
-        told_ok = remembered is not None and remembered.status_code < 400
+        told_ok = remembered is not None and "error" not in remembered.response
         prompt = s.prompt if s.prompt is not None and a.marker in s.prompt.content else None
         if any(a.marker in p.content for p in s.queue):
             if s.current_turn is None or not s.current_turn.open:
@@ -403,7 +378,7 @@ class World:
             return "ambiguous", problems
         if told_ok and self._replays_success(a):
             problems.append("(1) agentctl refused the message, yet this admission's retry replays success "
-                            f"({remembered.status_code if remembered else '-'}): the answer is lost")
+                            f"({remembered.response if remembered else '-'}): the answer is lost")
         turn = s.current_turn
         if turn is not None and turn.id == prompt.turn_id and turn.open:
             problems.append(f"(1) the refused message's turn is still open: the session is wedged in {s.state}")
@@ -480,7 +455,7 @@ class World:
             try:
                 if a.bundle_id is not None:
                     self.sleep_hook = self.waiter(a.bundle_id)
-                    self.respond(a)
+                    self.respond_answer(a)
                 else:
                     self.send_answer(a)
             except DomainError as exc:
@@ -536,7 +511,7 @@ def op_ask_detach(w: World, deps: Deps, ctx: Ctx) -> None:
     sid = ctx["main"]
     before = deps.store.get_session(sid)
     expected = before.current_turn.id if before and before.current_turn else None
-    bundle_id = w.ask(sid, deps)
+    bundle_id = w.ask(sid, deps=deps)
     w.lease(bundle_id, deps)
     current = deps.store.get_session(sid)
     assert current is not None
@@ -544,14 +519,15 @@ def op_ask_detach(w: World, deps: Deps, ctx: Ctx) -> None:
 
 
 def check_ask_detach(w: World, ctx: Ctx, stage: str) -> list[str]:
-    s = w.session(ctx["main"])
+    s = w.get(ctx["main"])
     problems = []
     for b in s.bundles:
         if not bundle_is_active(s, b):
-            problems.append(f"(1) the asked question {b.id} is no longer answerable ({clarify.derived_state(s, b)})")
-        if stage == "eventually" and b.waiter_until and not clarify.is_detached(b):
+            state = clarify.derived_state(s, b, w.deps.now())
+            problems.append(f"(1) the asked question {b.id} is no longer answerable ({state})")
+        if stage == "eventually" and b.waiter_until and not clarify.is_detached(b, w.deps.now()):
             problems.append(f"(7) the waiter's lease of {b.id} lapsed but the question was never detached")
-        if stage == "eventually" and clarify.is_detached(b):
+        if stage == "eventually" and clarify.is_detached(b, w.deps.now()):
             probe = CrashingStore(w.store)  # detaching again is a semantic no-op: no write, nothing returned
             _, rows = clarifications.detach_bundle(w.using(probe), s, b.id)
             if rows or probe.methods:
@@ -570,11 +546,11 @@ def s_live(w: World) -> Ctx:
 def op_respond_live_confirmed(w: World, deps: Deps, ctx: Ctx) -> None:
     a = ctx["answer"]
     w.sleep_hook = w.waiter(a.bundle_id, deps)
-    w.respond(a, deps)
+    w.respond_answer(a, deps)
 
 
 def op_respond(w: World, deps: Deps, ctx: Ctx) -> None:
-    w.respond(ctx["answer"], deps)
+    w.respond_answer(ctx["answer"], deps)
 
 
 # -- respond detached
@@ -591,7 +567,7 @@ def s_detached(script: str | None = None, outcome: str = "answered") -> Callable
 def op_respond_scripted(w: World, deps: Deps, ctx: Ctx) -> None:
     if ctx.get("script"):
         w.agent.script(ctx["script"])
-    w.respond(ctx["answer"], deps)
+    w.respond_answer(ctx["answer"], deps)
 
 
 def s_partial_sibling(w: World) -> Ctx:
@@ -608,7 +584,7 @@ def s_partial_sibling(w: World) -> Ctx:
 
 
 def check_sibling(w: World, ctx: Ctx, stage: str) -> list[str]:
-    b = w.session(ctx["main"]).bundle(ctx["bundle"])
+    b = w.get(ctx["main"]).bundle(ctx["bundle"])
     q2 = next(r for r in b.rows if r.question.question_id == "q2") if b else None
     if q2 is None or q2.status != "cancelled" or q2.response is not None:
         return [f"U1: the sibling made terminal before the claim was touched: {q2}"]
@@ -642,7 +618,7 @@ def s_watchdog_superseded(w: World) -> Ctx:
     ctx["answer"] = w.confirmed_live(ctx["main"])
     w.complete_turn(ctx["main"])  # turn_completed is not activity: the watchdog stays armed
     w.send(ctx["main"], "something else", "next")
-    assert w.session(ctx["main"]).watchdog is not None
+    assert w.get(ctx["main"]).watchdog is not None
     ctx["cancels"] = len(w.agent.cancels)
     w.clock.advance(w.deps.settings.watchdog_timeout.total_seconds() + 5)
     return ctx
@@ -711,13 +687,13 @@ def s_activity(w: World) -> Ctx:
 
 def op_activity(w: World, deps: Deps, ctx: Ctx) -> None:
     sid = ctx["main"]
-    w.frames(sid, w.frame("message", sid, content="working on it"), w.frame("turn_completed", sid), deps=deps)
+    w.frames(sid, w.frame(sid, "message", content="working on it"), w.frame(sid, "turn_completed"), deps=deps)
 
 
 def agent_finishes_its_turn(key: str) -> Callable[[World, Ctx], None]:
     """The agent completes the turn it is in (it re-posts a completion whose request died)."""
     def after(w: World, ctx: Ctx) -> None:
-        turn = w.session(ctx[key]).current_turn
+        turn = w.get(ctx[key]).current_turn
         if turn is not None and turn.open:
             w.complete_turn(ctx[key])
     return after
@@ -731,7 +707,7 @@ def s_agent_turn(w: World) -> Ctx:
 
 
 def op_agent_output(w: World, deps: Deps, ctx: Ctx) -> None:
-    w.frames(ctx["main"], {"type": "message", "execution_id": w.session(ctx["main"]).execution_id,
+    w.frames(ctx["main"], {"type": "message", "execution_id": w.get(ctx["main"]).execution_id,
                            "content": "I carried on"}, deps=deps)
 
 
@@ -748,7 +724,7 @@ def op_cancel_session(w: World, deps: Deps, ctx: Ctx) -> None:
 
 
 def check_cancelled(w: World, ctx: Ctx, stage: str) -> list[str]:
-    s = w.session(ctx["main"])
+    s = w.get(ctx["main"])
     b = s.bundle(ctx["bundle"])
     if s.terminal and b is not None and any(r.status == "pending" for r in b.rows):
         return ["terminal session kept a pending question (it must expire in the same write)"]
@@ -764,16 +740,16 @@ def op_dismiss(w: World, deps: Deps, ctx: Ctx) -> None:
 
 
 def op_delete_question(w: World, deps: Deps, ctx: Ctx) -> None:
-    history.delete_message(deps, USER, ctx["old"], w.session(ctx["old"]).bundle(ctx["superseded"]).message_id)  # type: ignore[union-attr]
+    history.delete_message(deps, USER, ctx["old"], w.get(ctx["old"]).bundle(ctx["superseded"]).message_id)  # type: ignore[union-attr]
 
 
 def op_workflow(w: World, deps: Deps, ctx: Ctx) -> None:
-    workflow.transition(deps, USER, w.task_id, {"to_step": "review"})
+    workflow.transition(deps, USER, w.task_id, commands.transition({"to_step": "review"}))
 
 
 def op_create(w: World, deps: Deps, ctx: Ctx) -> None:
-    task = tasks.create_task(deps, USER, {"title": "Second task"})
-    sessions.create_session(deps, USER, task.id, {"prompt": ctx["marker"]})
+    task = tasks.create_task(deps, USER, commands.create_task({"title": "Second task"}))
+    sessions.create_session(deps, USER, task.id, commands.create_session({"prompt": ctx["marker"]}))
 
 
 def s_create(w: World) -> Ctx:
@@ -799,7 +775,7 @@ def s_stream(w: World) -> Ctx:
     ctx["main"] = w.new_session()
     bundle_id = w.detached_bundle(ctx["main"])
     a = w.answer(bundle_id)
-    w.respond(a)
+    w.respond_answer(a)
     ctx["answer"] = a
     # A question still open when its records are processed: the projection must write the task summary.
     ctx["waiting"] = w.new_session()
@@ -820,17 +796,17 @@ def s_broken(w: World) -> Ctx:
     ctx = _bg(w)
     # A: detached answer, died after claim + reservation (unattempted): roll back, restore exactly the rows.
     a = w.answer(w.detached_bundle(w.new_session()))
-    w.crash_during("claim", "after", lambda d: w.respond(a, d))
+    w.crash_during("claim", "after", lambda d: w.respond_answer(a, d))
     # B: detached answer, died after the attempt marker: ambiguous, keep the successor, never resend.
     b = w.answer(w.detached_bundle(w.new_session()))
-    w.crash_during("mark_attempted", "after", lambda d: w.respond(b, d))
+    w.crash_during("mark_attempted", "after", lambda d: w.respond_answer(b, d))
     # C: live answer, died after the claim (L1/U4): restore the still-current claim to pending.
     c = w.answer(w.live_bundle(w.new_session()))
-    w.crash_during("claim", "after", lambda d: w.respond(c, d))
+    w.crash_during("claim", "after", lambda d: w.respond_answer(c, d))
     # D: live answer claimed, then the user moved on: retire the intent, never reactivate history.
     d_session = w.new_session()
     d = w.answer(w.live_bundle(d_session), allow_retired=True)
-    w.crash_during("claim", "after", lambda dd: w.respond(d, dd))
+    w.crash_during("claim", "after", lambda dd: w.respond_answer(d, dd))
     w.complete_turn(d_session)
     w.send(d_session, "forget that, do this", "moved-on")
     # E: a message admitted, died before the attempt marker: dispatch it once.
@@ -848,7 +824,7 @@ def s_broken(w: World) -> Ctx:
     w.running(i_session)
     i = w.message_answer(i_session)
     assert w.send_answer(i).admission == "queued"
-    w.crash_during("complete_turn", "after", lambda dd: w.frames(i_session, w.frame("turn_completed", i_session),
+    w.crash_during("complete_turn", "after", lambda dd: w.frames(i_session, w.frame(i_session, "turn_completed"),
                                                                   deps=dd))
     w.clock.advance(30)  # past the lease of G and the watchdog of H
     return ctx
@@ -1039,7 +1015,7 @@ def test_crashing_store__process_died__not_an_exception_and_kills_later_calls() 
     w = World()
     store = CrashingStore(w.store, KillPoint(0, "before"))
     try:
-        sessions.create_session(w.using(store), USER, w.task_id, {})
+        sessions.create_session(w.using(store), USER, w.task_id, commands.create_session({}))
     except ProcessDied as died:
         assert died.phase == "before" and died.method == "create_session"
     assert w.memory.list_sessions(w.task_id) == []  # died before the write: nothing written

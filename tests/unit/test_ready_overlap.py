@@ -14,12 +14,12 @@ import pytest
 from chalicelib.domain.model import Delivery, Dispatch, Prompt, Reservation, Session
 from chalicelib.services import frames
 from chalicelib.services.resume import rollback
-from tests.unit.test_responses_unit import World, make_world
+from tests.support.world import HookedStore, World
 
 
 @pytest.fixture
 def w() -> World:
-    return make_world()
+    return World(HookedStore())
 
 
 def _running_with_detached_question(w: World) -> tuple[Session, str]:
@@ -51,7 +51,7 @@ def _reserve(w: World, s: Session, cid: str, *, attempted: bool) -> tuple[Reserv
 def _ready(w: World, s: Session, **overrides: Any) -> frames.FrameResult:
     frame = {"type": "ready", "execution_id": s.execution_id, "prompt_generation": s.generation,
              "turn_id": s.current_turn.id if s.current_turn else None, **overrides}
-    return frames.apply_frames(w.deps, w.caller(s.id), s.id, {"frames": [frame]})
+    return w.frames(s.id, frame)
 
 
 def test_ready__reservation_rolls_back_while_it_waits__predecessor_completes_normally(w: World) -> None:

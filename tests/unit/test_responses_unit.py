@@ -6,17 +6,14 @@ each interleaving below is exact. Scenario tags (C1, C5, L2, R3 ...) refer to re
 """
 from __future__ import annotations
 
-import itertools
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from chalicelib.agentctl.client import AgentctlAmbiguous, CancelRequest, PromptOutcome, PromptRequest
-from chalicelib.auth.tokens import Caller
+from chalicelib.agentctl.client import PromptRequest
+from chalicelib.domain import clarify
 from chalicelib.domain.errors import (
     ClarificationActive,
     ClarificationInactive,
@@ -26,232 +23,20 @@ from chalicelib.domain.errors import (
     StoreUnavailable,
     ValidationError,
 )
-from chalicelib.domain.model import Bundle, Dispatch, Session
+from chalicelib.domain.model import Dispatch, Session
 from chalicelib.functions.reconciler import reconcile
-from chalicelib.services import clarifications, frames, messages, responses, sessions, tasks
-from chalicelib.services.deps import Deps, Settings, iso
-from chalicelib.store.memory import MemoryStore
+from chalicelib.services import clarifications, responses, sessions
+from chalicelib.services.deps import iso
+from tests.support.fakes import START
+from tests.support.world import ANSWER, OTHER_DEVICE_USER, SKIP, USER, HookedStore, World, agent_of
 
-START = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
-USER = Caller(sub="user-1", role="user", workspace_id="ws-1")
-OTHER_DEVICE_USER = Caller(sub="user-2", role="user", workspace_id="ws-1")
-QUESTIONS: list[dict[str, Any]] = [
-    {"question_id": "q1", "title": "Database", "prompt": "Which database?",
-     "options": [{"option_id": "pg", "label": "Postgres"}, {"option_id": "my", "label": "MySQL"}]},
-    {"question_id": "q2", "title": "Cache", "prompt": "Which cache?",
-     "options": [{"option_id": "redis", "label": "Redis"}, {"option_id": "none", "label": "No cache"}]},
-]
-ANSWER = {"answers": [{"question_id": "q1", "selected_options": ["pg"]},
-                      {"question_id": "q2", "selected_options": ["redis"], "custom_text": "v7"}]}
 OTHER_ANSWER = {"answers": [{"question_id": "q1", "selected_options": ["my"]},
                             {"question_id": "q2", "selected_options": ["none"]}]}
-SKIP = {"rejected": True, "reject_reason": "not now"}
-
-
-# ====================================================================== the world
-class StoreFault(Exception):
-    pass
-
-
-class HookedStore(MemoryStore):
-    """MemoryStore whose named operations can run a hook first (a concurrent writer) or fail."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.before: dict[str, Callable[[], None]] = {}
-        self.fail: set[str] = set()
-
-    def _hook(self, name: str) -> None:
-        hook = self.before.pop(name, None)
-        if hook is not None:
-            hook()
-        if name in self.fail:
-            raise StoreUnavailable(f"{name} failed")
-
-    def restore_claim(self, *args: Any, **kwargs: Any) -> Session:
-        self._hook("restore_claim")
-        return super().restore_claim(*args, **kwargs)
-
-    def mark_attempted(self, *args: Any, **kwargs: Any) -> Session:
-        self._hook("mark_attempted")
-        return super().mark_attempted(*args, **kwargs)
-
-    def finish_reservation(self, *args: Any, **kwargs: Any) -> Session:
-        self._hook("finish_reservation")
-        return super().finish_reservation(*args, **kwargs)
-
-    def admit_watchdog_prompt(self, *args: Any, **kwargs: Any) -> Session:
-        self._hook("admit_watchdog_prompt")
-        return super().admit_watchdog_prompt(*args, **kwargs)
-
-
-@dataclass
-class FakeAgentctl:
-    """Answers prompts as scripted ("accept", "reject", "ambiguous") and records what it saw."""
-
-    store: MemoryStore
-    outcomes: list[str] = field(default_factory=list)
-    prompts: list[PromptRequest] = field(default_factory=list)
-    seen: list[tuple[Dispatch | None, str | None]] = field(default_factory=list)  # (dispatch, turn) at the call
-    cancels: list[CancelRequest] = field(default_factory=list)
-    calls: list[str] = field(default_factory=list)  # "prompt" / "cancel", in order
-    on_cancel: Callable[[CancelRequest], None] | None = None  # what the agent runtime does on a cancel
-
-    def prompt(self, request: PromptRequest) -> PromptOutcome:
-        self.prompts.append(request)
-        self.calls.append("prompt")
-        stored = self.store.get_session(request.session_id)
-        assert stored is not None
-        self.seen.append((stored.prompt.dispatch if stored.prompt else None,
-                          stored.current_turn.id if stored.current_turn else None))
-        outcome = self.outcomes.pop(0) if self.outcomes else "accept"
-        if outcome == "ambiguous":
-            raise AgentctlAmbiguous("read timeout after the request was sent")
-        return PromptOutcome.ACCEPTED if outcome == "accept" else PromptOutcome.REJECTED
-
-    def cancel(self, request: CancelRequest) -> None:
-        self.cancels.append(request)
-        self.calls.append("cancel")
-        hook, self.on_cancel = self.on_cancel, None
-        if hook is not None:
-            hook(request)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-class Sleeper:
-    """The injected sleep: advances the clock and runs what the test scheduled for the Nth sleep."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.calls = 0
-        self.slept = 0.0
-        self.actions: dict[int, Callable[[], None]] = {}
-
-    def at(self, call: int, action: Callable[[], None]) -> None:
-        self.actions[call] = action
-
-    def __call__(self, seconds: float) -> None:
-        self.calls += 1
-        self.slept += seconds
-        self.clock.advance(seconds)
-        action = self.actions.pop(self.calls, None)
-        if action is not None:
-            action()
-
-
-@dataclass
-class World:
-    deps: Deps
-    store: HookedStore
-    agent: FakeAgentctl
-    clock: Clock
-    sleeper: Sleeper
-    received: list[dict[str, Any]] = field(default_factory=list)  # what the live waiter took
-
-    # ------------------------------------------------------------------ set-up through the services
-    def session(self, prompt: str | None = "start") -> Session:
-        task = tasks.create_task(self.deps, USER, {"title": "Refactor"})
-        body = {"prompt": prompt} if prompt else {}
-        return sessions.create_session(self.deps, USER, task.id, body).session
-
-    def caller(self, session_id: str) -> Caller:
-        return Caller(sub=f"agent:{session_id}", role="agent", workspace_id="ws-1", session_id=session_id)
-
-    def ask(self, session_id: str, questions: list[dict[str, Any]] | None = None) -> str:
-        bundle = clarifications.ask(self.deps, self.caller(session_id), session_id,
-                                    {"questions": questions or QUESTIONS})
-        return bundle.id
-
-    def waiting(self) -> tuple[str, str]:
-        """(session, bundle): two questions pending, live, in the open first turn."""
-        s = self.session()
-        return s.id, self.ask(s.id)
-
-    def detached(self) -> tuple[str, str]:
-        sid, cid = self.waiting()
-        clarifications.detach(self.deps, self.caller(sid), cid)
-        return sid, cid
-
-    def respond(self, cid: str, body: Any, key: str | None = None, caller: Caller = USER) -> responses.Responded:
-        return responses.respond(self.deps, caller, cid, body, key)
-
-    def wait(self, cid: str, timeout: int = 0) -> tuple[int, dict[str, Any]]:
-        return responses.wait(self.deps, self.caller(sid_of(cid)), cid, timeout)
-
-    def confirm(self, cid: str, delivery_id: str) -> dict[str, Any]:
-        return responses.confirm(self.deps, self.caller(sid_of(cid)), cid, {"delivery_id": delivery_id})
-
-    def agent_confirms(self, cid: str) -> Callable[[], None]:
-        """The live waiter's whole job: take the claim from its long-poll, confirm it durably."""
-        def run() -> None:
-            status, body = self.wait(cid)
-            assert status == 200 and body["delivery_id"], body
-            self.received.append(body)
-            self.confirm(cid, body["delivery_id"])
-        return run
-
-    def frame(self, session_id: str, kind: str, **extra: Any) -> None:
-        s = self.get(session_id)
-        turn = s.current_turn
-        body = {"type": kind, "execution_id": s.execution_id, "prompt_generation": s.generation,
-                "turn_id": turn.id if turn else None, **extra}
-        frames.apply_frames(self.deps, self.caller(session_id), session_id, {"frames": [body]})
-
-    def send(self, session_id: str, content: str, cmid: str) -> messages.Admission:
-        return messages.send_message(self.deps, USER, session_id, {"client_message_id": cmid, "content": content})
-
-    # ------------------------------------------------------------------ reading
-    def get(self, session_id: str) -> Session:
-        found = self.store.get_session(session_id)
-        assert found is not None
-        return found
-
-    def bundle(self, cid: str) -> Bundle:
-        found = self.get(sid_of(cid)).bundle(cid)
-        assert found is not None
-        return found
-
-    def rows(self, cid: str) -> dict[str, tuple[str, bool, Any]]:
-        return {r.question.question_id: (r.status, r.agent_disconnected, r.response) for r in self.bundle(cid).rows}
-
-    def set_row(self, cid: str, question_id: str, **changes: Any) -> None:
-        """Write a row as an earlier (historical, per-row) writer left it."""
-        s = self.get(sid_of(cid))
-        bundles = tuple(replace(b, rows=tuple(replace(r, **changes) if r.question.question_id == question_id
-                                              else r for r in b.rows)) if b.id == cid else b
-                        for b in s.bundles)
-        self.store.sessions[s.id] = replace(s, bundles=bundles)
-
-
-def sid_of(cid: str) -> str:
-    return cid.split(".", 1)[0]
-
-
-def make_world() -> World:
-    store = HookedStore()
-    agent = FakeAgentctl(store)
-    clock = Clock()
-    sleeper = Sleeper(clock)
-    counter = itertools.count(1)
-    deps = Deps(store=store, agentctl=agent, clock=clock, new_id=lambda: f"id{next(counter)}",
-                agent_token=lambda ws, sid: f"agent-token:{ws}:{sid}",
-                settings=Settings(deployment_id=f"unit-{uuid.uuid4().hex}"), sleep=sleeper)
-    return World(deps, store, agent, clock, sleeper)
 
 
 @pytest.fixture
 def w() -> World:
-    return make_world()
+    return World(HookedStore())
 
 
 def _answer_prompts(w: World) -> list[PromptRequest]:
@@ -407,7 +192,7 @@ def test_wait__each_poll__renews_the_waiter_lease(w: World) -> None:
 
 def test_wait__question_superseded__inactive_410(w: World) -> None:
     sid, cid = w.waiting()
-    w.frame(sid, "turn_completed")
+    w.report(sid, "turn_completed")
     w.send(sid, "newer work", "m1")
     assert w.wait(cid) == (410, {"state": "inactive", "reason": "superseded"})
 
@@ -499,7 +284,7 @@ def test_respond__newer_turn_accepted_during_the_live_wait__not_restored_into_it
     sid, cid = w.waiting()
 
     def newer_turn() -> None:
-        w.frame(sid, "turn_completed")
+        w.report(sid, "turn_completed")
         w.send(sid, "newer work", "m-newer")
     w.sleeper.at(1, newer_turn)
 
@@ -643,7 +428,7 @@ def _unchanged(w: World, sid: str, action: Callable[[], Any]) -> ClarificationIn
 def test_respond__superseded_bundle__conflict_and_no_write_no_resume(w: World, body: dict[str, Any]) -> None:
     """C1: a stale tab answering after a newer turn was accepted."""
     sid, cid = w.detached()
-    w.frame(sid, "turn_completed")
+    w.report(sid, "turn_completed")
     w.send(sid, "newer work", "m1")
 
     error = _unchanged(w, sid, lambda: w.respond(cid, body))
@@ -660,13 +445,13 @@ def test_respond__session_cancelled__conflict_expired(w: World) -> None:
 
 def test_respond__agent_withdrew_the_question__conflict_cancelled(w: World) -> None:
     sid, cid = w.waiting()
-    clarifications.cancel(w.deps, w.caller(sid), cid)
+    clarifications.cancel(w.deps, agent_of(sid), cid)
     assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "cancelled"}
 
 
 def test_respond__agent_withdrew_then_the_session_ended__conflict_session_terminal(w: World) -> None:
     sid, cid = w.waiting()
-    clarifications.cancel(w.deps, w.caller(sid), cid)
+    clarifications.cancel(w.deps, agent_of(sid), cid)
     sessions.cancel_session(w.deps, USER, sid)
     w.agent.cancels.clear()
     assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "session_terminal"}
@@ -824,7 +609,7 @@ def test_reconcile__unconfirmed_claim_of_a_superseded_turn__intent_retired_histo
     sid, cid = w.waiting()
 
     def responder_dies_after_a_newer_turn() -> None:
-        w.frame(sid, "turn_completed")
+        w.report(sid, "turn_completed")
         w.send(sid, "newer work", "m-newer")
         raise SystemExit("the responder's invocation died")
     w.sleeper.at(1, responder_dies_after_a_newer_turn)
@@ -850,14 +635,14 @@ def test_dismiss__active_bundle__conflict_and_nothing_written(w: World) -> None:
 
 def test_dismiss__superseded_bundle__hidden_for_this_user_only_and_nothing_sent(w: World) -> None:
     sid, cid = w.detached()
-    w.frame(sid, "turn_completed")
+    w.report(sid, "turn_completed")
     w.send(sid, "newer work", "m1")
     prompts, rows = len(w.agent.prompts), w.rows(cid)
 
     assert responses.dismiss(w.deps, USER, cid) == {"clarification_id": cid, "dismissed": True}
     responses.dismiss(w.deps, USER, cid)  # every device, any number of times
 
-    assert w.bundle(cid).dismissed_by == ("user-1",)
+    assert w.bundle(cid).dismissed_by == (clarify.dismissal_key("user-1"),)
     assert w.rows(cid) == rows and len(w.agent.prompts) == prompts and w.agent.cancels == []
 
 

@@ -1,16 +1,12 @@
 """Service-layer behaviour over the in-memory store, a scripted agentctl, a fixed clock and counter ids."""
 from __future__ import annotations
 
-import itertools
-import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from chalicelib.agentctl.client import AgentctlAmbiguous, CancelRequest, PromptOutcome, PromptRequest
 from chalicelib.auth.tokens import Caller
+from chalicelib.domain import commands
 from chalicelib.domain.errors import (
     DispatchAmbiguous,
     DispatchFailed,
@@ -21,11 +17,8 @@ from chalicelib.domain.errors import (
 from chalicelib.domain.model import Dispatch, Session, State
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
 from chalicelib.services import frames, history, messages, readiness, sessions, tasks
-from chalicelib.services.deps import Deps, Settings
 from chalicelib.store.memory import MemoryStore
-
-START = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
-USER = Caller(sub="user-1", role="user", workspace_id="ws-1")
+from tests.support.world import USER, World
 
 
 class Crash(Exception):
@@ -41,8 +34,8 @@ class RecordingStore(MemoryStore):
         self.crash_before_marker = False
         self.crash_reads: set[str] = set()
 
-    def _update(self, *args: Any, **kwargs: Any) -> Session:
-        new = super()._update(*args, **kwargs)
+    def _commit(self, *args: Any, **kwargs: Any) -> Session:
+        new = super()._commit(*args, **kwargs)
         self.versions.append(new)
         return new
 
@@ -61,84 +54,17 @@ class RecordingStore(MemoryStore):
         return super().get_session(session_id)
 
 
-@dataclass
-class FakeAgentctl:
-    """Answers prompts as scripted ("accept", "reject", "ambiguous"); records what it saw."""
-
-    store: MemoryStore
-    outcomes: list[str] = field(default_factory=list)
-    prompts: list[PromptRequest] = field(default_factory=list)
-    dispatch_seen: list[Dispatch] = field(default_factory=list)
-    cancels: list[CancelRequest] = field(default_factory=list)
-    cancel_fails: bool = False
-
-    def prompt(self, request: PromptRequest) -> PromptOutcome:
-        self.prompts.append(request)
-        stored = self.store.get_session(request.session_id)
-        assert stored is not None and stored.prompt is not None
-        self.dispatch_seen.append(stored.prompt.dispatch)
-        outcome = self.outcomes.pop(0) if self.outcomes else "accept"
-        if outcome == "ambiguous":
-            raise AgentctlAmbiguous("read timeout after the request was sent")
-        return PromptOutcome.ACCEPTED if outcome == "accept" else PromptOutcome.REJECTED
-
-    def cancel(self, request: CancelRequest) -> None:
-        self.cancels.append(request)
-        if self.cancel_fails:
-            raise AgentctlAmbiguous("connection reset")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@dataclass
-class World:
-    deps: Deps
+class W(World):
     store: RecordingStore
-    agent: FakeAgentctl
-    clock: Clock
 
-    def task(self, title: str = "Refactor") -> str:
-        return tasks.create_task(self.deps, USER, {"title": title}).id
-
-    def session(self, body: dict[str, Any] | None = None) -> Session:
-        return sessions.create_session(self.deps, USER, self.task(), body or {}).session
-
-    def send(self, session_id: str, content: str = "hello", client_message_id: str = "m1") -> messages.Admission:
-        return messages.send_message(self.deps, USER, session_id,
-                                     {"client_message_id": client_message_id, "content": content})
-
-    def frames(self, session_id: str, *items: dict[str, Any]) -> frames.FrameResult:
-        agent = Caller(sub=f"agent:{session_id}", role="agent", workspace_id="ws-1", session_id=session_id)
-        return frames.apply_frames(self.deps, agent, session_id, {"frames": list(items)})
-
-    def get(self, session_id: str) -> Session:
-        found = self.store.get_session(session_id)
-        assert found is not None
-        return found
-
-    def contents(self, session_id: str) -> list[tuple[str, str]]:
-        return [(m.author_type, m.content) for m in history.transcript(self.deps, USER, session_id).messages]
+    def send(self, session_id: str, content: str = "hello", client_message_id: str = "m1",  # type: ignore[override]
+             **body: Any) -> messages.Admission:
+        return super().send(session_id, content, client_message_id, **body)
 
 
 @pytest.fixture
-def w() -> World:
-    store = RecordingStore()
-    agent = FakeAgentctl(store)
-    clock = Clock()
-    counter = itertools.count(1)
-    deps = Deps(store=store, agentctl=agent, clock=clock, new_id=lambda: f"id-{next(counter)}",
-                agent_token=lambda ws, sid: f"agent-token:{ws}:{sid}",
-                settings=Settings(deployment_id=f"svc-{uuid.uuid4().hex}"), sleep=lambda s: None)
-    return World(deps, store, agent, clock)
+def w() -> W:
+    return W(RecordingStore())
 
 
 def _frame(kind: str, session: Session, **extra: Any) -> dict[str, Any]:
@@ -148,47 +74,48 @@ def _frame(kind: str, session: Session, **extra: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ tasks and sessions
-def test_create_task__valid_title__stored_in_callers_workspace(w: World) -> None:
-    task = tasks.create_task(w.deps, USER, {"title": "  Refactor  "})
+def test_create_task__valid_title__stored_in_callers_workspace(w: W) -> None:
+    task = tasks.create_task(w.deps, USER, commands.create_task({"title": "  Refactor  "}))
     assert (task.title, task.workspace_id, task.workflow_step) == ("Refactor", "ws-1", "todo")
     assert w.store.get_task(task.id) == task and w.store.writes == 2  # the task and its task.created event
 
 
-def test_create_task__agent_caller__not_found_and_nothing_written(w: World) -> None:
+def test_create_task__agent_caller__not_found_and_nothing_written(w: W) -> None:
     agent = Caller(sub="agent:s", role="agent", workspace_id="ws-1", session_id="s")
     with pytest.raises(NotFound):
-        tasks.create_task(w.deps, agent, {"title": "x"})
+        tasks.create_task(w.deps, agent, commands.create_task({"title": "x"}))
     assert w.store.writes == 0
 
 
-def test_create_session__no_prompt__idle_primary_and_agent_untouched(w: World) -> None:
+def test_create_session__no_prompt__idle_primary_and_agent_untouched(w: W) -> None:
     task_id = w.task()
-    first = sessions.create_session(w.deps, USER, task_id, {})
-    second = sessions.create_session(w.deps, USER, task_id, None)
+    first = sessions.create_session(w.deps, USER, task_id, commands.create_session({}))
+    second = sessions.create_session(w.deps, USER, task_id, commands.create_session(None))
     assert first.admission is None and first.session.state == State.IDLE
     assert (first.session.is_primary, second.session.is_primary) == (True, False)
     assert first.session.current_turn is None and w.agent.prompts == []
     assert {s.id for s in sessions.list_sessions(w.deps, USER, task_id)} == {first.session.id, second.session.id}
 
 
-def test_create_session__with_prompt__running_with_the_prompt_dispatched(w: World) -> None:
-    created = sessions.create_session(w.deps, USER, w.task(), {"prompt": "start here"})
+def test_create_session__with_prompt__running_with_the_prompt_dispatched(w: W) -> None:
+    created = sessions.create_session(w.deps, USER, w.task(), commands.create_session({"prompt": "start here"}))
     assert created.admission is not None and created.admission.admission == "sent"
     assert created.session.state == State.RUNNING
     assert created.session.current_turn is not None and created.session.current_turn.id == created.admission.turn_id
     assert [p.text for p in w.agent.prompts] == ["start here"]
 
 
-def test_create_session__other_workspace_task__not_found_and_nothing_written(w: World) -> None:
+def test_create_session__other_workspace_task__not_found_and_nothing_written(w: W) -> None:
     task_id = w.task()
     writes = w.store.writes
     with pytest.raises(NotFound):
-        sessions.create_session(w.deps, Caller(sub="u2", role="user", workspace_id="ws-2"), task_id, {})
+        sessions.create_session(w.deps, Caller(sub="u2", role="user", workspace_id="ws-2"), task_id,
+                                commands.create_session({}))
     assert w.store.writes == writes and w.store.list_sessions(task_id) == []
 
 
 # ------------------------------------------------------------------ messages and dispatch
-def test_send_message__idle_session__pointer_and_prompt_move_in_one_write(w: World) -> None:
+def test_send_message__idle_session__pointer_and_prompt_move_in_one_write(w: W) -> None:
     session = w.session()
     writes, versions = w.store.writes, len(w.store.versions)
 
@@ -207,7 +134,7 @@ def test_send_message__idle_session__pointer_and_prompt_move_in_one_write(w: Wor
     assert admission.admission == "sent"
 
 
-def test_send_message__accepted__agent_called_once_after_the_attempt_marker(w: World) -> None:
+def test_send_message__accepted__agent_called_once_after_the_attempt_marker(w: W) -> None:
     session = w.session()
     admission = w.send(session.id, "hello")
     assert w.agent.dispatch_seen == [Dispatch.ATTEMPTED]
@@ -221,7 +148,7 @@ def test_send_message__accepted__agent_called_once_after_the_attempt_marker(w: W
     assert len(w.agent.prompts) == 1
 
 
-def test_send_message__agent_mid_turn__queued_then_dispatched_when_the_turn_ends(w: World) -> None:
+def test_send_message__agent_mid_turn__queued_then_dispatched_when_the_turn_ends(w: W) -> None:
     session = w.session()
     first = w.send(session.id, "first")
 
@@ -237,7 +164,7 @@ def test_send_message__agent_mid_turn__queued_then_dispatched_when_the_turn_ends
     assert w.agent.prompts[1].turn_id == after.current_turn.id
 
 
-def test_send_message__rejected__dispatch_failed_and_session_idle_with_turn_completed(w: World) -> None:
+def test_send_message__rejected__dispatch_failed_and_session_idle_with_turn_completed(w: W) -> None:
     session = w.session()
     w.agent.outcomes = ["reject"]
     with pytest.raises(DispatchFailed) as raised:
@@ -254,7 +181,7 @@ def test_send_message__rejected__dispatch_failed_and_session_idle_with_turn_comp
     assert w.get(session.id).turn_seq == 2 and len(w.agent.prompts) == 2
 
 
-def test_send_message__ambiguous__dispatch_ambiguous_and_prompt_stays_attempted(w: World) -> None:
+def test_send_message__ambiguous__dispatch_ambiguous_and_prompt_stays_attempted(w: W) -> None:
     session = w.session()
     w.agent.outcomes = ["ambiguous"]
     with pytest.raises(DispatchAmbiguous) as raised:
@@ -267,7 +194,7 @@ def test_send_message__ambiguous__dispatch_ambiguous_and_prompt_stays_attempted(
     assert len(w.agent.prompts) == 1
 
 
-def test_send_message__retry_with_same_client_message_id__not_dispatched_again(w: World) -> None:
+def test_send_message__retry_with_same_client_message_id__not_dispatched_again(w: W) -> None:
     """API.md: 200 on a retry with the same client_message_id (same body), never a second delivery."""
     session = w.session()
     first = w.send(session.id, "hello", client_message_id="m1")
@@ -278,7 +205,7 @@ def test_send_message__retry_with_same_client_message_id__not_dispatched_again(w
     assert w.get(session.id).turn_seq == 1
 
 
-def test_send_message__same_client_message_id_other_content__idempotency_mismatch(w: World) -> None:
+def test_send_message__same_client_message_id_other_content__idempotency_mismatch(w: W) -> None:
     session = w.session()
     w.send(session.id, "hello", client_message_id="m1")
     w.frames(session.id, _frame("turn_completed", w.get(session.id)))
@@ -289,7 +216,7 @@ def test_send_message__same_client_message_id_other_content__idempotency_mismatc
 
 
 # ------------------------------------------------------------------ reconciler
-def test_reconcile__prompt_left_pending_by_a_crash__dispatched_exactly_once(w: World) -> None:
+def test_reconcile__prompt_left_pending_by_a_crash__dispatched_exactly_once(w: W) -> None:
     session = w.session()
     w.store.crash_before_marker = True
     with pytest.raises(Crash):
@@ -309,7 +236,7 @@ def test_reconcile__prompt_left_pending_by_a_crash__dispatched_exactly_once(w: W
     assert again.examined == 0 and len(w.agent.prompts) == 1
 
 
-def test_reconcile__attempted_prompt__never_dispatched_again(w: World) -> None:
+def test_reconcile__attempted_prompt__never_dispatched_again(w: W) -> None:
     session = w.session()
     w.agent.outcomes = ["ambiguous"]
     with pytest.raises(DispatchAmbiguous):
@@ -326,7 +253,7 @@ def test_reconcile__attempted_prompt__never_dispatched_again(w: World) -> None:
     assert reconcile(w.deps, before_traffic=False).examined == 0 and len(w.agent.prompts) == 1
 
 
-def test_reconcile__scheduled_before_owner_deadline__leaves_live_work_alone(w: World) -> None:
+def test_reconcile__scheduled_before_owner_deadline__leaves_live_work_alone(w: W) -> None:
     session = w.session()
     w.store.crash_before_marker = True
     with pytest.raises(Crash):
@@ -341,7 +268,7 @@ def test_reconcile__scheduled_before_owner_deadline__leaves_live_work_alone(w: W
     assert not readiness.is_ready(w.deps)  # only the before-traffic run opens traffic
 
 
-def test_reconcile__an_item_fails__run_fails_and_traffic_stays_off(w: World) -> None:
+def test_reconcile__an_item_fails__run_fails_and_traffic_stays_off(w: W) -> None:
     session = w.session()
     w.store.crash_before_marker = True
     with pytest.raises(Crash):
@@ -357,7 +284,7 @@ def test_reconcile__an_item_fails__run_fails_and_traffic_stays_off(w: World) -> 
 
 
 # ------------------------------------------------------------------ frames
-def test_frames__message__appended_to_the_transcript_in_the_current_turn(w: World) -> None:
+def test_frames__message__appended_to_the_transcript_in_the_current_turn(w: W) -> None:
     session = w.session()
     admission = w.send(session.id, "hello")
     result = w.frames(session.id, _frame("thinking", w.get(session.id), content="hmm"),
@@ -369,7 +296,7 @@ def test_frames__message__appended_to_the_transcript_in_the_current_turn(w: Worl
     assert {m.turn_id for m in entries} == {admission.turn_id}
 
 
-def test_frames__turn_completed_with_stale_generation__ignored(w: World) -> None:
+def test_frames__turn_completed_with_stale_generation__ignored(w: W) -> None:
     session = w.session()
     w.send(session.id, "hello")
     current = w.get(session.id)
@@ -383,14 +310,14 @@ def test_frames__turn_completed_with_stale_generation__ignored(w: World) -> None
     assert w.store.writes == writes
 
 
-def test_frames__turn_completed_for_another_turn__ignored(w: World) -> None:
+def test_frames__turn_completed_for_another_turn__ignored(w: W) -> None:
     session = w.session()
     w.send(session.id, "hello")
     result = w.frames(session.id, {**_frame("turn_completed", w.get(session.id)), "turn_id": "some-older-turn"})
     assert result.applied == 0 and w.get(session.id).current_turn.open  # type: ignore[union-attr]
 
 
-def test_frames__turn_completed_current__turn_closed_and_session_idle(w: World) -> None:
+def test_frames__turn_completed_current__turn_closed_and_session_idle(w: W) -> None:
     session = w.session()
     w.send(session.id, "hello")
     result = w.frames(session.id, _frame("turn_completed", w.get(session.id)))
@@ -399,7 +326,7 @@ def test_frames__turn_completed_current__turn_closed_and_session_idle(w: World) 
     assert stored.current_turn is not None and stored.current_turn.completed_at == w.deps.now()
 
 
-def test_frames__state_failed__terminal_and_later_frames_ignored(w: World) -> None:
+def test_frames__state_failed__terminal_and_later_frames_ignored(w: W) -> None:
     session = w.session()
     w.send(session.id, "hello")
     assert w.frames(session.id, _frame("state", w.get(session.id), state="FAILED")).applied == 1
@@ -415,7 +342,7 @@ def test_frames__state_failed__terminal_and_later_frames_ignored(w: World) -> No
     assert w.contents(session.id) == transcript and w.store.writes == writes
 
 
-def test_frames__user_caller_or_other_sessions_agent__not_found(w: World) -> None:
+def test_frames__user_caller_or_other_sessions_agent__not_found(w: W) -> None:
     session, other = w.session(), w.session()
     body = {"frames": [_frame("message", session, content="x")]}
     with pytest.raises(NotFound):
@@ -427,7 +354,7 @@ def test_frames__user_caller_or_other_sessions_agent__not_found(w: World) -> Non
 
 
 # ------------------------------------------------------------------ cancel
-def test_cancel__idle_session__cancelled_and_agent_told_once(w: World) -> None:
+def test_cancel__idle_session__cancelled_and_agent_told_once(w: W) -> None:
     session = w.session()
     cancelled = sessions.cancel_session(w.deps, USER, session.id)
     assert cancelled.state == State.CANCELLED == w.get(session.id).state
@@ -435,7 +362,7 @@ def test_cancel__idle_session__cancelled_and_agent_told_once(w: World) -> None:
         (session.id, session.execution_id, False)]
 
 
-def test_cancel__repeated__idempotent_without_writes_or_agent_calls(w: World) -> None:
+def test_cancel__repeated__idempotent_without_writes_or_agent_calls(w: W) -> None:
     session = w.session()
     sessions.cancel_session(w.deps, USER, session.id)
     writes = w.store.writes
@@ -443,7 +370,7 @@ def test_cancel__repeated__idempotent_without_writes_or_agent_calls(w: World) ->
     assert again.state == State.CANCELLED and w.store.writes == writes and len(w.agent.cancels) == 1
 
 
-def test_cancel__running_turn__terminal_takes_no_more_input_or_frames(w: World) -> None:
+def test_cancel__running_turn__terminal_takes_no_more_input_or_frames(w: W) -> None:
     session = w.session()
     w.send(session.id, "hello")
     before = w.get(session.id)
@@ -456,14 +383,14 @@ def test_cancel__running_turn__terminal_takes_no_more_input_or_frames(w: World) 
     assert w.get(session.id).state == State.CANCELLED and len(w.agent.prompts) == 1
 
 
-def test_cancel__agent_unreachable__still_cancelled(w: World) -> None:
+def test_cancel__agent_unreachable__still_cancelled(w: W) -> None:
     session = w.session()
     w.agent.cancel_fails = True
     assert sessions.cancel_session(w.deps, USER, session.id).state == State.CANCELLED
     assert w.get(session.id).state == State.CANCELLED
 
 
-def test_cancel__failed_session__unavailable_and_stays_failed(w: World) -> None:
+def test_cancel__failed_session__unavailable_and_stays_failed(w: W) -> None:
     session = w.session()
     w.send(session.id, "hello")
     w.frames(session.id, _frame("state", w.get(session.id), state="FAILED"))

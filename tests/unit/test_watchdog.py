@@ -14,17 +14,18 @@ import pytest
 
 from chalicelib.agentctl.client import CancelRequest
 from chalicelib.domain.model import Dispatch, Session, Watchdog
+from chalicelib.domain.time import parse_iso
 from chalicelib.functions.reconciler import reconcile
 from chalicelib.services import sessions, watchdog
-from chalicelib.services.deps import parse_iso
-from tests.unit.test_responses_unit import ANSWER, SKIP, START, USER, World, make_world
+from tests.support.fakes import START
+from tests.support.world import ANSWER, SKIP, USER, HookedStore, World
 
 ACTIVITY = ("message", "thinking", "tool")
 
 
 @pytest.fixture
 def w() -> World:
-    return make_world()
+    return World(HookedStore())
 
 
 def _armed(w: World, body: dict[str, Any] | None = None) -> tuple[str, str, Watchdog]:
@@ -156,7 +157,7 @@ def test_fire__not_due_yet__nothing(w: World) -> None:
 @pytest.mark.parametrize("kind", ACTIVITY)
 def test_frames__agent_activity__disarms_and_nothing_fires(w: World, kind: str) -> None:
     sid, _, _ = _armed(w)
-    w.frame(sid, kind, content="working on it")
+    w.report(sid, kind, content="working on it")
     assert w.get(sid).watchdog is None
 
     _past_due(w)
@@ -168,14 +169,14 @@ def test_frames__agent_activity__disarms_and_nothing_fires(w: World, kind: str) 
 @pytest.mark.parametrize("kind", ACTIVITY)
 def test_frames__activity_carrying_the_cancelled_prompts_identity__still_disarms(w: World, kind: str) -> None:
     sid, _, armed = _armed(w)
-    w.frame(sid, kind, content="late output", execution_id=armed.execution_id,
+    w.report(sid, kind, content="late output", execution_id=armed.execution_id,
             prompt_generation=armed.prompt_generation, turn_id=armed.turn_id)
     assert w.get(sid).watchdog is None
 
 
 def test_frames__cancel_ack__does_not_disarm_and_the_watchdog_fires(w: World) -> None:
     sid, _, armed = _armed(w)
-    w.frame(sid, "cancel_ack", execution_id=armed.execution_id, prompt_generation=armed.prompt_generation)
+    w.report(sid, "cancel_ack", execution_id=armed.execution_id, prompt_generation=armed.prompt_generation)
     assert w.get(sid).watchdog == armed
 
     _past_due(w)
@@ -187,7 +188,7 @@ def test_fire__tool_frame_during_the_fallbacks_cancel__interrupted_before_admiss
     """WD2: independent activity reaching the session mid-recovery stops the fallback."""
     sid, _, armed = _armed(w)
     _past_due(w)
-    w.agent.on_cancel = lambda request: w.frame(sid, "tool", content="still working")
+    w.agent.on_cancel = lambda request: w.report(sid, "tool", content="still working")
 
     assert watchdog.fire(w.deps, w.get(sid)) is False
 
@@ -198,7 +199,7 @@ def test_fire__own_cancel_ack_during_the_fallback__answer_still_handed_over(w: W
     """The fallback's own silent cancellation is acknowledged by cancel_ack: that is not activity."""
     sid, _, armed = _armed(w)
     _past_due(w)
-    w.agent.on_cancel = lambda request: w.frame(sid, "cancel_ack", execution_id=request.execution_id,
+    w.agent.on_cancel = lambda request: w.report(sid, "cancel_ack", execution_id=request.execution_id,
                                                 prompt_generation=request.prompt_generation)
 
     assert watchdog.fire(w.deps, w.get(sid)) is True
@@ -208,7 +209,7 @@ def test_fire__own_cancel_ack_during_the_fallback__answer_still_handed_over(w: W
 
 # ====================================================================== the clarification turn moved on (WD1)
 def _newer_turn(w: World, sid: str, cmid: str = "m-newer") -> str:
-    w.frame(sid, "turn_completed")
+    w.report(sid, "turn_completed")
     admission = w.send(sid, "newer work", cmid)
     assert admission.admission == "sent" and admission.turn_id
     return admission.turn_id
@@ -266,7 +267,7 @@ def test_fire__stale_watchdog_snapshot_after_activity__no_dispatch(w: World) -> 
     sid, _, _ = _armed(w)
     _past_due(w)
     stale = w.get(sid)
-    w.frame(sid, "message", content="back at work")
+    w.report(sid, "message", content="back at work")
 
     assert watchdog.fire(w.deps, stale) is False
     assert "prompt" not in w.agent.calls and w.get(sid).prompt.dispatch == Dispatch.ACCEPTED  # type: ignore[union-attr]

@@ -1,11 +1,38 @@
-"""Presenters: domain objects to the JSON shapes of API.md. Public payloads carry no private dispatch fields."""
+"""The public schema: domain objects to the JSON shapes of the HTTP contract and of every event.
+
+The API and the stream functions both present through this module, and `strip_private` is the one place
+private prompt-dispatch and recovery fields are removed from anything public.
+"""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from ..domain import clarify
-from ..domain.model import Bundle, Message, Session, Task, TurnRecord
-from ..domain.rules import bundle_is_active, input_capable, pending_action, row_status
+from . import clarify
+from .model import Bundle, Event, Message, Session, Task, TurnRecord
+from .rules import bundle_is_active, input_capable, pending_action, row_status
+
+# Private prompt-dispatch and recovery fields: never in a public event. ("prompt" is not among them: a
+# question's prompt text is public; the aggregate's prompt slot never reaches a payload, views build them.)
+PRIVATE_FIELDS = frozenset({"agent_token", "recon_due", "recon_shard", "reservation", "dispatch", "deadline",
+                            "client_message_id", "delivery", "delivery_pending", "recovery", "idempotency_key",
+                            "fingerprint", "watchdog", "queue", "prompt_generation", "execution_id"})
+
+
+def strip_private(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Private fields removed, recursively."""
+    def clean(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: clean(v) for k, v in value.items() if k not in PRIVATE_FIELDS}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+    return dict(clean(payload))
+
+
+def event_view(event: Event) -> dict[str, Any]:
+    return {"id": event.id, "type": event.type, "task_id": event.task_id, "session_id": event.session_id,
+            "payload": event.payload, "at": event.at}
 
 
 def task_view(task: Task) -> dict[str, Any]:
@@ -49,16 +76,16 @@ def turn_view(record: TurnRecord) -> dict[str, Any]:
             "completed_at": record.completed_at}
 
 
-def clarification_view(session: Session, bundle: Bundle, viewer: str | None = None,
-                       now: str | None = None) -> dict[str, Any]:
-    """A clarification transcript entry; `answerable` is the repository rule, `state` derives from it.
-
-    Rows under an unconfirmed claim show as they were before it: a claim is published once delivered.
+def clarification_view(session: Session, bundle: Bundle, *, now: str,
+                       viewer_key: str | None = None) -> dict[str, Any]:
+    """A clarification transcript entry as of `now`; `answerable` is the repository rule, `state` derives
+    from it. Rows under an unconfirmed claim show as they were before it: a claim is published once delivered.
+    `viewer_key` (a user's dismissal key) personalises `dismissed`.
     """
     state = clarify.derived_state(session, bundle, now)
     rows = clarify.visible_rows(bundle)
     unanswered = all(r.response is None for r in bundle.rows)
-    dismissed = viewer is not None and viewer in bundle.dismissed_by
+    dismissed = viewer_key is not None and viewer_key in bundle.dismissed_by
     return {
         "id": bundle.message_id, "type": "clarification", "clarification_id": bundle.id,
         "turn_id": bundle.turn_id, "session_id": session.id, "created_at": bundle.created_at,
@@ -77,12 +104,13 @@ def clarification_view(session: Session, bundle: Bundle, viewer: str | None = No
     }
 
 
-def transcript_view(session: Session, messages: list[Message], viewer: str | None = None,
-                    now: str | None = None) -> dict[str, Any]:
+def transcript_view(session: Session, messages: list[Message], *, now: str,
+                    viewer_key: str | None = None) -> dict[str, Any]:
     """Messages in order; clarification anchors carry their bundle's live state from the aggregate."""
     out = []
     for m in messages:
         bundle = session.bundle(m.clarification_id) if m.clarification_id else None
-        out.append(clarification_view(session, bundle, viewer, now) if bundle is not None else message_view(m))
+        out.append(clarification_view(session, bundle, now=now, viewer_key=viewer_key) if bundle is not None
+                   else message_view(m))
     turn = session.current_turn
     return {"current_turn_id": turn.id if turn else None, "messages": out}

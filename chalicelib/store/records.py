@@ -1,0 +1,180 @@
+"""DynamoDB plain records: tasks, history, the event feed, idempotency records and deployment metadata.
+
+None of them carries operational truth of a session: they are append-mostly, idempotent by key, and the
+session aggregate's write path (chalicelib.store.dynamo) never depends on them.
+"""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from ..domain.errors import AlreadyRemembered, ConditionFailed
+from ..domain.model import Event, Message, Task, TurnRecord
+from ..domain.time import parse_iso
+from . import codec
+from .errors import guarded
+from .expr import Expr, to_attr
+from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
+from .protocol import Remembered
+
+EVENT_TTL = timedelta(days=7)
+RECON_SHARD = "due"
+
+
+class DynamoRecords:
+    client: Any
+
+    # ---------------------------------------------------------------- tasks
+    def put_task(self, task: Task) -> None:
+        item = codec.task_to_item(task)
+        guarded(lambda: self.client.put_item(
+            TableName=TaskRecord.Meta.table_name, Item=_attrs(item),
+            ConditionExpression="attribute_not_exists(task_id)"))
+
+    def get_task(self, task_id: str) -> Task | None:
+        resp = guarded(lambda: self.client.get_item(TableName=TaskRecord.Meta.table_name,
+                                                    Key={"task_id": {"S": task_id}}, ConsistentRead=True))
+        item = resp.get("Item")
+        return codec.task_from_item(codec.from_attrs(item)) if item else None
+
+    def list_tasks(self, workspace_id: str) -> list[Task]:
+        return guarded(lambda: [codec.task_from_item(codec.plain(r.attribute_values))
+                                for r in TaskRecord.by_workspace.query(workspace_id)])
+
+    # ---------------------------------------------------------------- idempotency records
+    def get_remembered(self, key: str) -> Remembered | None:
+        def get() -> Remembered | None:
+            try:
+                rec = IdempotencyRecord.get(key, consistent_read=True)
+            except IdempotencyRecord.DoesNotExist:
+                return None
+            return Remembered(key=rec.key, fingerprint=rec.fingerprint, response=rec.response,
+                              expires_at=int(rec.expires_at.timestamp()) if rec.expires_at else 0)
+        return guarded(get)
+
+    def remember(self, entry: Remembered) -> None:
+        try:
+            guarded(lambda: self.client.put_item(**remember_put(entry)))
+        except ConditionFailed as exc:
+            raise AlreadyRemembered("this idempotency key was already used") from exc
+
+    def update_remembered(self, entry: Remembered) -> None:
+        put = remember_put(entry)
+        put["ConditionExpression"] = "attribute_exists(#k)"
+        try:
+            guarded(lambda: self.client.put_item(**put))
+        except ConditionFailed:
+            pass  # never created: nothing to update
+
+    # ---------------------------------------------------------------- history
+    def put_message(self, message: Message) -> bool:
+        rec = HistoryRecord(
+            message.session_id, codec.history_sk_message(message.turn_seq, message.created_at, message.id),
+            kind="message", item_id=message.id, workspace_id=message.workspace_id, task_id=message.task_id,
+            turn_id=message.turn_id, turn_seq=message.turn_seq, created_at=message.created_at,
+            author_type=message.author_type, type=message.type, content=message.content,
+            clarification_id=message.clarification_id, meta=dict(message.meta) if message.meta else None)
+        return _put_once(rec, HistoryRecord.sk.does_not_exist())
+
+    def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:
+        e = Expr()
+        fields: list[tuple[str, Any]] = [("kind", "turn"), ("item_id", record.id), ("workspace_id", workspace_id),
+                                         ("task_id", task_id), ("turn_id", record.id), ("turn_seq", record.seq),
+                                         ("created_at", record.started_at)]
+        if record.completed_at:  # never un-complete a record on redelivery
+            fields.append(("completed_at", record.completed_at))
+        update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields)
+        guarded(lambda: self.client.update_item(
+            TableName=HistoryRecord.Meta.table_name,
+            Key={"session_id": {"S": record.session_id}, "sk": {"S": codec.history_sk_turn(record.seq)}},
+            UpdateExpression=update, **e.placeholders()))
+
+    def delete_message(self, message: Message) -> bool:
+        """Tombstone the message (kept, hidden): put_message never recreates it on a stream redelivery."""
+        key = {"session_id": {"S": message.session_id},
+               "sk": {"S": codec.history_sk_message(message.turn_seq, message.created_at, message.id)}}
+        try:
+            guarded(lambda: self.client.update_item(
+                TableName=HistoryRecord.Meta.table_name, Key=key, UpdateExpression="SET deleted = :t",
+                ConditionExpression="attribute_exists(sk) AND NOT deleted = :t",
+                ExpressionAttributeValues={":t": {"BOOL": True}}))
+            return True
+        except ConditionFailed:
+            return False
+
+    def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
+        def query() -> tuple[list[TurnRecord], list[Message]]:
+            turns, messages = [], []
+            for rec in HistoryRecord.query(session_id, consistent_read=True):
+                item = codec.plain(rec.attribute_values)
+                if item.get("deleted"):
+                    continue
+                if item["kind"] == "turn":
+                    turns.append(codec.turn_record_from_history(item))
+                else:
+                    messages.append(codec.message_from_history(item))
+            return turns, messages
+        return guarded(query)
+
+    # ---------------------------------------------------------------- events
+    def put_event(self, event: Event, written_at: str) -> bool:
+        rec = EventRecord(event.workspace_id, f"{event.at}#{event.id}", event_id=event.id, type=event.type,
+                          task_id=event.task_id, session_id=event.session_id, payload=dict(event.payload),
+                          at=event.at, written_at=written_at, expires_at=parse_iso(written_at) + EVENT_TTL)
+        return _put_once(rec, EventRecord.sk.does_not_exist())
+
+    def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
+                    limit: int) -> list[tuple[str, str, Event]]:
+        def query() -> list[tuple[str, str, Event]]:
+            out = []
+            cond = (EventRecord.sk > after_sk) | (EventRecord.written_at > written_after)
+            key_cond = EventRecord.sk > low_sk if low_sk else None
+            for rec in EventRecord.query(workspace_id, key_cond, filter_condition=cond, consistent_read=True):
+                out.append((rec.sk, rec.written_at, Event(
+                    id=rec.event_id, workspace_id=rec.workspace_id, type=rec.type, task_id=rec.task_id,
+                    session_id=rec.session_id, payload=rec.payload, at=rec.at)))
+                if len(out) >= limit:
+                    break
+            return out
+        return guarded(query)
+
+    # ---------------------------------------------------------------- meta and reconciler work
+    def get_meta(self, key: str) -> str | None:
+        def get() -> str | None:
+            try:
+                return str(MetaRecord.get(key, consistent_read=True).value)
+            except MetaRecord.DoesNotExist:
+                return None
+        return guarded(get)
+
+    def set_meta(self, key: str, value: str, at: str) -> None:
+        guarded(lambda: MetaRecord(key, value=value, updated_at=at).save())
+
+    def due_sessions(self, before: str | None) -> list[str]:
+        def query() -> list[str]:
+            cond = SessionRecord.recon_due < before if before else None
+            return [r.session_id for r in SessionRecord.reconciler_work.query(RECON_SHARD, cond)]
+        return guarded(query)
+
+
+def remember_put(entry: Remembered) -> dict[str, Any]:
+    """PutItem arguments creating the idempotency record (alone, or inside the admission's transaction)."""
+    return {"TableName": IdempotencyRecord.Meta.table_name,
+            "Item": {"key": {"S": entry.key}, "fingerprint": {"S": entry.fingerprint},
+                     "response": {"S": json.dumps(dict(entry.response))},
+                     "expires_at": {"N": str(entry.expires_at)}},
+            "ConditionExpression": "attribute_not_exists(#k)", "ExpressionAttributeNames": {"#k": "key"}}
+
+
+def _attrs(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: to_attr(v) for k, v in item.items()}
+
+
+def _put_once(rec: Any, condition: Any) -> bool:
+    """Create-if-absent; False when the record already exists."""
+    try:
+        guarded(lambda: rec.save(condition=condition))
+        return True
+    except ConditionFailed:
+        return False

@@ -1,0 +1,32 @@
+"""DynamoDB's item size, by AWS's published rules: what the 400 KB limit and write capacity count."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+MAX_ITEM_BYTES = 400 * 1024
+
+
+def value_size(value: Any) -> int:
+    """Strings count UTF-8 bytes; numbers about one byte per two digits plus one; booleans and null one
+    byte; a map or list 3 bytes plus one per element plus its elements (and a map's key names)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, bool) or value is None:
+        return 1
+    if isinstance(value, (int, float, Decimal)):
+        digits = len(str(abs(value)).replace(".", "").lstrip("0")) or 1
+        return (digits + 1) // 2 + 1
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    if isinstance(value, Mapping):
+        return 3 + sum(1 + value_size(str(k)) + value_size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return 3 + sum(1 + value_size(v) for v in value)
+    raise TypeError(f"not a DynamoDB value: {type(value).__name__}")
+
+
+def item_size(item: Mapping[str, Any]) -> int:
+    """Attribute names plus values."""
+    return sum(value_size(name) + value_size(value) for name, value in item.items())
