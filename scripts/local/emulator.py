@@ -3,16 +3,43 @@ and moto's backend does not serialise requests, so the emulator takes one reques
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from moto.dynamodb.exceptions import ItemSizeToUpdateTooLarge
+from moto.dynamodb.models import DynamoDBBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def _refused_updates_store_nothing() -> None:
+    """moto applies an UpdateItem in place and only then refuses it for size, leaving the refused change
+    stored; DynamoDB stores nothing. Restore the item so the emulator behaves like DynamoDB."""
+    original = DynamoDBBackend.update_item
+    if getattr(original, "restores_refused", False):
+        return
+
+    def update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        table = self.get_table(table_name)
+        item = table.get_item(*self.get_keys_value(table, key))
+        saved = copy.deepcopy(item.attrs) if item is not None else None
+        try:
+            return original(self, table_name, key, *args, **kwargs)
+        except ItemSizeToUpdateTooLarge:
+            if item is not None and saved is not None:
+                item.attrs = saved
+            raise
+    update_item.restores_refused = True  # type: ignore[attr-defined]
+    DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
+
+
+_refused_updates_store_nothing()
 
 
 class Serialised:
