@@ -6,10 +6,8 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -18,6 +16,7 @@ os.chdir(ROOT)
 from scripts.local.emulator import EmulatorThread  # noqa: E402
 from scripts.local.sim_agent import SimAgent  # noqa: E402
 from scripts.local.stack import LocalStack  # noqa: E402
+from tests.support.flow import ApiClient  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -52,25 +51,6 @@ def shared(emulator: EmulatorThread) -> Iterator[tuple[LocalStack, SimAgent]]:
     yield stack, agent
     agent.stop()
     stack.stop()
-
-
-class ApiClient:
-    """A thin HTTP client bound to one bearer token."""
-
-    def __init__(self, base: str, token: str | None) -> None:
-        self.base, self.token = base + "/api/v1", token
-
-    def call(self, method: str, path: str, json: Any = None, **kw: Any) -> requests.Response:
-        headers = dict(kw.pop("headers", {}))
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        return requests.request(method, self.base + path, json=json, headers=headers, timeout=30, **kw)
-
-    def get(self, path: str, **kw: Any) -> requests.Response:
-        return self.call("GET", path, **kw)
-
-    def post(self, path: str, json: Any = None, **kw: Any) -> requests.Response:
-        return self.call("POST", path, json=json, **kw)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
-from tests.conftest import ApiClient
+from tests.support.flow import ApiClient
 
 try:
     from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright

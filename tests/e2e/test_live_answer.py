@@ -15,7 +15,7 @@ import requests
 from chalicelib import bootstrap
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
-from tests.conftest import ApiClient
+from tests.support.flow import ApiClient
 
 T = TypeVar("T")
 

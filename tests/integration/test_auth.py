@@ -21,7 +21,7 @@ from chalicelib import bootstrap
 from chalicelib.auth.tokens import mint
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
-from tests.conftest import ApiClient
+from tests.support.flow import ApiClient
 
 V1 = "/api/v1"
 AGENT_PREFIX = V1 + "/agent/"

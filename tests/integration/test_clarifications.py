@@ -16,25 +16,16 @@ import uuid
 from typing import Any
 
 import pytest
-import requests
 
 from chalicelib import bootstrap
 from chalicelib.domain import clarify
 from chalicelib.domain.errors import StoreUnavailable
-from chalicelib.domain.model import Event, Session
+from chalicelib.domain.model import Session
 from chalicelib.services import clarifications
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
-from tests.conftest import ApiClient
-from tests.support.stored import StoredState
+from tests.support.flow import ONE_QUESTION, QUESTIONS, Flow
 
-QUESTIONS: list[dict[str, Any]] = [
-    {"question_id": "q1", "title": "Database", "prompt": "Which database?",
-     "options": [{"option_id": "pg", "label": "Postgres"}, {"option_id": "my", "label": "MySQL"}]},
-    {"question_id": "q2", "title": "Cache", "prompt": "Which cache?",
-     "options": [{"option_id": "redis", "label": "Redis"}, {"option_id": "none", "label": "No cache"}]},
-]
-ONE_QUESTION = QUESTIONS[:1]
 _message_ids = itertools.count(1)
 
 
@@ -44,160 +35,10 @@ def _question(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-class Flow(StoredState):
-    """One workspace of the running stack, driven from both sides (user routes and agent routes)."""
-
-    def __init__(self, stack: LocalStack, workspace: str) -> None:
-        self.stack, self.workspace = stack, workspace
-        self.user = ApiClient(stack.url, stack.user_token(workspace=workspace))
-
-    # ------------------------------------------------------------------ plumbing
-    def drain(self) -> None:
-        """Run the stream functions over everything written so far (the stack's pump, as `make run` does)."""
-        assert self.stack.pump is not None
-        self.stack.pump.drain()
-
-    def agent(self, session_id: str) -> ApiClient:
-        return ApiClient(self.stack.url, self.stack.agent_token(session_id, workspace=self.workspace))
-
-    # ------------------------------------------------------------------ user side
-    def task(self, title: str = "Refactor") -> str:
-        resp = self.user.post("/tasks", {"title": title})
-        assert resp.status_code == 201, resp.text
-        return str(resp.json()["id"])
-
-    def session(self, task_id: str, prompt: str | None = "[hang] start", **extra: Any) -> str:
-        """A session; with a prompt its first turn is open (RUNNING) and the agent stays silent."""
-        body: dict[str, Any] = dict(extra)
-        if prompt is not None:
-            body["prompt"] = prompt
-        resp = self.user.post(f"/tasks/{task_id}/sessions", body)
-        assert resp.status_code == 201, resp.text
-        return str(resp.json()["id"])
-
-    def send(self, session_id: str, content: str = "[hang] newer work", client_message_id: str | None = None,
-             ) -> dict[str, Any]:
-        """A user message: accepting it starts a newer turn."""
-        body = {"client_message_id": client_message_id or f"m-{next(_message_ids)}", "content": content}
-        resp = self.user.post(f"/sessions/{session_id}/messages", body)
-        assert resp.status_code == 201, resp.text
-        return dict(resp.json())
-
-    def newer_turn(self, session_id: str, content: str = "[hang] newer work") -> str:
-        """The agent's turn ends (its completion pass runs), then a user message starts a newer turn."""
-        self.complete_turn(session_id)
-        admission = self.send(session_id, content)
-        assert admission["admission"] == "sent", admission  # not queued: it started a turn
-        return str(admission["turn_id"])
-
-    def view(self, session_id: str) -> dict[str, Any]:
-        resp = self.user.get(f"/sessions/{session_id}")
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json())
-
-    def session_list(self, task_id: str) -> list[dict[str, Any]]:
-        resp = self.user.get(f"/tasks/{task_id}/sessions")
-        assert resp.status_code == 200, resp.text
-        return list(resp.json()["sessions"])
-
-    def transcript(self, session_id: str) -> dict[str, Any]:
-        resp = self.user.get(f"/sessions/{session_id}/transcript")
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json())
-
-    def entry(self, cid: str) -> dict[str, Any] | None:
-        """The transcript entry of one bundle (None when it is gone)."""
-        messages = self.transcript(session_of(cid))["messages"]
-        found = [m for m in messages if m.get("clarification_id") == cid]
-        assert len(found) <= 1, found
-        return found[0] if found else None
-
-    def tasks(self) -> dict[str, dict[str, Any]]:
-        resp = self.user.get("/tasks")
-        assert resp.status_code == 200, resp.text
-        return {t["id"]: t for t in resp.json()["tasks"]}
-
-    def summary(self, task_id: str) -> dict[str, Any]:
-        return dict(self.tasks()[task_id]["status_summary"])
-
-    def transition(self, task_id: str, to_step: str = "review") -> requests.Response:
-        return self.user.post(f"/tasks/{task_id}/workflow/transition", {"to_step": to_step})
-
-    def cancel_session(self, session_id: str) -> dict[str, Any]:
-        resp = self.user.post(f"/sessions/{session_id}/cancel")
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json())
-
-    def delete(self, session_id: str, message_id: str) -> requests.Response:
-        return self.user.call("DELETE", f"/sessions/{session_id}/messages/{message_id}")
-
-    # ------------------------------------------------------------------ agent side
-    def ask_raw(self, session_id: str, body: Any) -> requests.Response:
-        return self.agent(session_id).post(f"/agent/sessions/{session_id}/clarifications", body)
-
-    def ask(self, session_id: str, questions: list[dict[str, Any]] | None = None, **extra: Any) -> str:
-        resp = self.ask_raw(session_id, {"questions": questions or ONE_QUESTION, **extra})
-        assert resp.status_code == 201, resp.text
-        return str(resp.json()["clarification_id"])
-
-    def detach(self, cid: str) -> list[str]:
-        resp = self.agent(session_of(cid)).post(f"/agent/clarifications/{cid}/detach")
-        assert resp.status_code == 200, resp.text
-        return list(resp.json()["detached_question_ids"])
-
-    def skip(self, cid: str) -> requests.Response:
-        """The user's Skip: reject the exact bundle through the response endpoint."""
-        return self.user.post(f"/clarifications/{cid}/respond", {"rejected": True})
-
-    def withdraw(self, cid: str) -> requests.Response:
-        """The agent cancels its own question."""
-        return self.agent(session_of(cid)).post(f"/agent/clarifications/{cid}/cancel")
-
-    def frames(self, session_id: str, *frames: dict[str, Any]) -> dict[str, Any]:
-        resp = self.agent(session_id).post(f"/agent/sessions/{session_id}/frames", {"frames": list(frames)})
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json())
-
-    def complete_turn(self, session_id: str) -> dict[str, Any]:
-        """The agent reports its current turn complete (a no-op when the turn is already over)."""
-        turn = self.stored(session_id).current_turn
-        return self.frames(session_id, {"type": "turn_completed", "execution_id": "x",
-                                        "turn_id": turn.id if turn else None})
-
-    # ------------------------------------------------------------------ storage
-    def raw_update(self, session_id: str, expression: str, path: list[str], value: dict[str, Any] | None = None,
-                   ) -> None:
-        """Write the session item as an old writer or another store would (bypassing the store's code)."""
-        names = {f"#p{i}": part for i, part in enumerate(path)}
-        target = ".".join(names)
-        kwargs: dict[str, Any] = {"ExpressionAttributeNames": names}
-        if value is not None:
-            kwargs["ExpressionAttributeValues"] = {":v": value}
-            update = f"{expression} {target} = :v"
-        else:
-            update = f"{expression} {target}"
-        self.store.client.update_item(TableName=self.store.sessions_table, Key={"session_id": {"S": session_id}},
-                                      UpdateExpression=update, **kwargs)
-
-    def events(self, kind: str | None = None, *, session: str | None = None, task: str | None = None,
-               ) -> list[Event]:
-        rows = self.store.list_events(self.workspace, low_sk="", after_sk="", written_after="", limit=100_000)
-        return [e for _, _, e in rows if (kind is None or e.type == kind)
-                and (session is None or e.session_id == session) and (task is None or e.task_id == task)]
-
-    def updates(self, cid: str) -> list[Event]:
-        """message.updated events published for one bundle."""
-        return [e for e in self.events("message.updated") if e.payload.get("clarification_id") == cid]
-
-
-def session_of(cid: str) -> str:
-    return cid.split(".", 1)[0]
-
-
 @pytest.fixture
 def flow(shared: tuple[LocalStack, SimAgent]) -> Flow:
     """A fresh workspace per test: task lists and the event feed hold only this test's objects."""
-    return Flow(shared[0], f"ws-{uuid.uuid4().hex[:12]}")
+    return Flow(shared[0], shared[1], f"ws-{uuid.uuid4().hex[:12]}", questions=ONE_QUESTION)
 
 
 @pytest.fixture
@@ -217,7 +58,7 @@ def waiting(flow: Flow) -> tuple[str, str, str]:
 @pytest.fixture(scope="module")
 def idle_session(shared: tuple[LocalStack, SimAgent]) -> tuple[Flow, str]:
     """A session nobody writes to successfully: refused requests are checked against it."""
-    flow = Flow(shared[0], f"ws-{uuid.uuid4().hex[:12]}")
+    flow = Flow(shared[0], shared[1], f"ws-{uuid.uuid4().hex[:12]}", questions=ONE_QUESTION)
     return flow, flow.session(flow.task(), prompt=None)
 
 

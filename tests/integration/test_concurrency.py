@@ -23,7 +23,7 @@ from chalicelib.services import clarifications
 from scripts.local.emulator import EmulatorThread
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
-from tests.integration.test_clarifications import QUESTIONS, Flow
+from tests.support.flow import ONE_QUESTION, QUESTIONS, Flow
 
 ROUNDS = 20
 
@@ -40,7 +40,7 @@ def shared(emulator: EmulatorThread) -> Iterator[LocalStack]:
 
 @pytest.fixture
 def flow(shared: LocalStack) -> Flow:
-    return Flow(shared, f"ws-{uuid.uuid4().hex[:12]}")
+    return Flow(shared, None, f"ws-{uuid.uuid4().hex[:12]}", questions=ONE_QUESTION)
 
 
 def race(*racers: Callable[[], Any]) -> list[Any]:

@@ -7,90 +7,22 @@ Scenario tags (F10 ...) refer to reference/kandev-scenarios.md; AC-… to spec/c
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
-from collections.abc import Iterator
+import uuid
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import requests
 
 from chalicelib import bootstrap
-from chalicelib.agentctl.client import CancelRequest, PromptOutcome, PromptRequest
 from chalicelib.domain.model import State
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack, make_pump
-from tests.conftest import ApiClient
-from tests.integration.test_responses import Flow, answer, error
+from tests.support.flow import Flow, answer, error
 
 _ids = itertools.count(1)
-
-
-@dataclass
-class SteeringAgentctl:
-    """The real agentctl client, plus a runtime that can steer a running turn (the simulated one cannot)."""
-
-    inner: Any
-    steered: list[PromptRequest] = field(default_factory=list)
-
-    def prompt(self, request: PromptRequest) -> PromptOutcome:
-        return self.inner.prompt(request)  # type: ignore[no-any-return]
-
-    def cancel(self, request: CancelRequest) -> None:
-        self.inner.cancel(request)
-
-    def steer(self, request: PromptRequest) -> bool:
-        self.steered.append(request)
-        return True
-
-
-class Messages(Flow):
-    def post(self, session_id: str, content: str | None = "[hang] hello", *, cmid: str | None = None,
-             **extra: Any) -> requests.Response:
-        body: dict[str, Any] = {"client_message_id": cmid or f"c-{next(_ids)}", **extra}
-        if content is not None:
-            body["content"] = content
-        return self.user.post(f"/sessions/{session_id}/messages", body)
-
-    def idle_session(self) -> str:
-        resp = self.user.post(f"/tasks/{self.task()}/sessions", {})
-        assert resp.status_code == 201 and resp.json()["state"] == "IDLE", resp.text
-        return str(resp.json()["id"])
-
-    def view(self, session_id: str) -> dict[str, Any]:
-        resp = self.user.get(f"/sessions/{session_id}")
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json())
-
-    def end_turn(self, session_id: str) -> None:
-        self.frame(session_id, "turn_completed")
-
-    def user_messages(self, session_id: str) -> list[dict[str, Any]]:
-        self.drain()
-        return [m for m in self.transcript(session_id)["messages"]
-                if m["type"] == "message" and m["author_type"] == "user"]
-
-    def superseded(self) -> tuple[str, str]:
-        """(session, bundle): the agent asked in turn 1, ended it, the user's message started turn 2."""
-        sid, cid = self.waiting()
-        self.end_turn(sid)
-        self.newer_turn(sid)
-        assert self.entry(cid)["state"] == "superseded"
-        return sid, cid
-
-    @contextmanager
-    def steering(self) -> Iterator[SteeringAgentctl]:
-        real = bootstrap.deps()
-        runtime = SteeringAgentctl(real.agentctl)
-        bootstrap.override(dataclasses.replace(real, agentctl=runtime))
-        try:
-            yield runtime
-        finally:
-            bootstrap.override(real)
 
 
 def late(cid: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -98,13 +30,13 @@ def late(cid: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 @pytest.fixture
-def flow(shared: tuple[LocalStack, SimAgent]) -> Messages:
+def flow(shared: tuple[LocalStack, SimAgent]) -> Flow:
     stack, sim = shared
-    return Messages(stack, sim, ApiClient(stack.url, stack.user_token()))
+    return Flow(stack, sim, f"ws-{uuid.uuid4().hex[:12]}")
 
 
 # ====================================================================== admission outcomes
-def test_send_message__no_turn_yet__sent_as_a_new_turn_and_the_agent_prompted_once(flow: Messages) -> None:
+def test_send_message__no_turn_yet__sent_as_a_new_turn_and_the_agent_prompted_once(flow: Flow) -> None:
     sid = flow.idle_session()
 
     resp = flow.post(sid, "[hang] hello")
@@ -118,7 +50,7 @@ def test_send_message__no_turn_yet__sent_as_a_new_turn_and_the_agent_prompted_on
     assert [m["id"] for m in flow.user_messages(sid)] == [body["message_id"]]
 
 
-def test_send_message__previous_turn_completed__sent_as_the_next_turn(flow: Messages) -> None:
+def test_send_message__previous_turn_completed__sent_as_the_next_turn(flow: Flow) -> None:
     sid = flow.session()
     first = flow.view(sid)["current_turn_id"]
     flow.end_turn(sid)
@@ -132,7 +64,7 @@ def test_send_message__previous_turn_completed__sent_as_the_next_turn(flow: Mess
 
 @pytest.mark.parametrize("delivery", [None, "auto", "queue", "steer"])
 def test_send_message__agent_mid_turn_and_runtime_cannot_steer__queued_and_not_dispatched(
-        flow: Messages, delivery: str | None) -> None:
+        flow: Flow, delivery: str | None) -> None:
     sid = flow.session()
     turn = flow.view(sid)["current_turn_id"]
 
@@ -145,7 +77,7 @@ def test_send_message__agent_mid_turn_and_runtime_cannot_steer__queued_and_not_d
     assert (last["id"], last["content"], last.get("queued")) == (resp.json()["message_id"], "[hang] meanwhile", True)
 
 
-def test_send_message__steer_asked_and_supported__steered_into_the_running_turn(flow: Messages) -> None:
+def test_send_message__steer_asked_and_supported__steered_into_the_running_turn(flow: Flow) -> None:
     sid = flow.session()
     turn = flow.view(sid)["current_turn_id"]
     with flow.steering() as runtime:
@@ -160,7 +92,7 @@ def test_send_message__steer_asked_and_supported__steered_into_the_running_turn(
     assert [m["content"] for m in flow.user_messages(sid)] == ["[hang] start", "also use tabs"]
 
 
-def test_send_message__supported_runtime_but_queue_or_auto_asked__queued_without_steering(flow: Messages) -> None:
+def test_send_message__supported_runtime_but_queue_or_auto_asked__queued_without_steering(flow: Flow) -> None:
     sid = flow.session()
     with flow.steering() as runtime:
         auto = flow.post(sid, "[hang] a")
@@ -170,7 +102,7 @@ def test_send_message__supported_runtime_but_queue_or_auto_asked__queued_without
 
 
 @pytest.mark.parametrize("ending", ["cancelled", "failed"])
-def test_send_message__session_ended__409_session_unavailable_and_nothing_stored(flow: Messages,
+def test_send_message__session_ended__409_session_unavailable_and_nothing_stored(flow: Flow,
                                                                                  ending: str) -> None:
     sid = flow.session()
     if ending == "cancelled":
@@ -192,7 +124,7 @@ def test_send_message__session_ended__409_session_unavailable_and_nothing_stored
 
 
 # ====================================================================== the queue
-def test_queue__several_messages__dispatched_in_order_one_per_turn_end(flow: Messages) -> None:
+def test_queue__several_messages__dispatched_in_order_one_per_turn_end(flow: Flow) -> None:
     sid = flow.session()
     queued = [flow.post(sid, f"[hang] message {n}").json() for n in (1, 2, 3)]
     assert [q["admission"] for q in queued] == ["queued"] * 3
@@ -213,7 +145,7 @@ def test_queue__several_messages__dispatched_in_order_one_per_turn_end(flow: Mes
     assert [m["id"] for m in flow.user_messages(sid)][1:] == [q["message_id"] for q in queued]
 
 
-def test_queue__detached_clarification__does_not_block_the_drain(flow: Messages) -> None:
+def test_queue__detached_clarification__does_not_block_the_drain(flow: Flow) -> None:
     sid, cid = flow.waiting()
     queued = flow.post(sid, "[hang] queued behind the question").json()
     assert queued["admission"] == "queued"
@@ -225,7 +157,7 @@ def test_queue__detached_clarification__does_not_block_the_drain(flow: Messages)
     assert not any(m.get("queued") for m in flow.transcript(sid)["messages"])
 
 
-def test_drain__live_clarification__blocks_the_queue_until_it_is_detached(flow: Messages) -> None:
+def test_drain__live_clarification__blocks_the_queue_until_it_is_detached(flow: Flow) -> None:
     """The drain refuses while a live (not detached) clarification is active; once detached it proceeds."""
     sid, cid = flow.waiting()
     assert flow.post(sid, "[hang] queued behind the question").json()["admission"] == "queued"
@@ -249,7 +181,7 @@ def test_drain__live_clarification__blocks_the_queue_until_it_is_detached(flow: 
 
 
 # ====================================================================== client_message_id idempotency
-def test_send_message__retried_with_the_same_body__original_outcome_and_no_second_dispatch(flow: Messages) -> None:
+def test_send_message__retried_with_the_same_body__original_outcome_and_no_second_dispatch(flow: Flow) -> None:
     sid = flow.idle_session()
     first = flow.post(sid, "[hang] once", cmid="same-1")
     queued_first = flow.post(sid, "[hang] behind", cmid="same-2")
@@ -264,7 +196,7 @@ def test_send_message__retried_with_the_same_body__original_outcome_and_no_secon
     assert len(flow.stored(sid).queue) == 1
 
 
-def test_send_message__same_client_message_id_other_body__422_and_nothing_stored(flow: Messages) -> None:
+def test_send_message__same_client_message_id_other_body__422_and_nothing_stored(flow: Flow) -> None:
     sid = flow.idle_session()
     assert flow.post(sid, "[hang] original", cmid="same-1").status_code == 201
     version = flow.stored(sid).version
@@ -276,7 +208,7 @@ def test_send_message__same_client_message_id_other_body__422_and_nothing_stored
     assert flow.stored(sid).version == version and len(flow.prompts(sid)) == 1
 
 
-def _five_at_once(flow: Messages, sid: str, content: str) -> list[requests.Response]:
+def _five_at_once(flow: Flow, sid: str, content: str) -> list[requests.Response]:
     gate = threading.Barrier(5)
 
     def attempt() -> requests.Response:
@@ -288,7 +220,7 @@ def _five_at_once(flow: Messages, sid: str, content: str) -> list[requests.Respo
 
 @pytest.mark.parametrize("round_no", range(3))
 def test_send_message__same_message_retried_5_times_concurrently__one_message_one_dispatch(
-        flow: Messages, round_no: int) -> None:
+        flow: Flow, round_no: int) -> None:
     sid = flow.idle_session()
 
     results = _five_at_once(flow, sid, "[hang] exactly once")
@@ -300,7 +232,7 @@ def test_send_message__same_message_retried_5_times_concurrently__one_message_on
     assert [m["content"] for m in flow.user_messages(sid)] == ["[hang] exactly once"]
 
 
-def test_send_message__queued_message_retried_5_times_concurrently__queued_once(flow: Messages) -> None:
+def test_send_message__queued_message_retried_5_times_concurrently__queued_once(flow: Flow) -> None:
     sid = flow.session()
 
     results = _five_at_once(flow, sid, "[hang] queue me once")
@@ -314,7 +246,7 @@ def test_send_message__queued_message_retried_5_times_concurrently__queued_once(
 
 # ====================================================================== late answers
 def test_late_answer__superseded_question__sent_with_its_context_and_the_question_stays_superseded(
-        flow: Messages) -> None:
+        flow: Flow) -> None:
     sid, cid = flow.superseded()
     flow.end_turn(sid)  # the agent is idle: a late answer starts a turn of its own
     task = flow.stored(sid).task_id
@@ -344,7 +276,7 @@ def test_late_answer__superseded_question__sent_with_its_context_and_the_questio
     assert flow.respond(cid, answer()).status_code == 409  # the tool request stays closed
 
 
-def test_late_answer__another_pending_question_in_the_session__left_untouched(flow: Messages) -> None:
+def test_late_answer__another_pending_question_in_the_session__left_untouched(flow: Flow) -> None:
     sid, old = flow.superseded()
     current = flow.ask(sid)  # the agent asks again in the newer, still running turn
     current_rows = flow.rows(current)
@@ -368,7 +300,7 @@ def test_late_answer__another_pending_question_in_the_session__left_untouched(fl
     assert flow.stored(sid).bundle(current).rows[0].response is None  # type: ignore[union-attr]
 
 
-def test_late_answer__question_of_another_session__400_and_nothing_stored(flow: Messages) -> None:
+def test_late_answer__question_of_another_session__400_and_nothing_stored(flow: Flow) -> None:
     _, foreign = flow.superseded()
     sid = flow.idle_session()
     version = flow.stored(sid).version
@@ -382,7 +314,7 @@ def test_late_answer__question_of_another_session__400_and_nothing_stored(flow: 
 
 
 @pytest.mark.parametrize("detached", [False, True], ids=["live", "detached"])
-def test_late_answer__question_still_active__409_answer_it_through_respond(flow: Messages, detached: bool) -> None:
+def test_late_answer__question_still_active__409_answer_it_through_respond(flow: Flow, detached: bool) -> None:
     """F10: a detached current-turn question is still the tool request's to answer."""
     sid, cid = flow.detached() if detached else flow.waiting()
     version = flow.stored(sid).version
@@ -395,7 +327,7 @@ def test_late_answer__question_still_active__409_answer_it_through_respond(flow:
     assert flow.entry(cid)["answerable"] is True
 
 
-def test_late_answer__question_already_answered__409_clarification_inactive(flow: Messages) -> None:
+def test_late_answer__question_already_answered__409_clarification_inactive(flow: Flow) -> None:
     sid, cid = flow.detached()
     assert flow.respond(cid, answer()).status_code == 200
     version = flow.stored(sid).version
@@ -407,7 +339,7 @@ def test_late_answer__question_already_answered__409_clarification_inactive(flow
     assert flow.stored(sid).version == version
 
 
-def test_late_answer__expired_question_of_an_ended_session__409_session_unavailable(flow: Messages) -> None:
+def test_late_answer__expired_question_of_an_ended_session__409_session_unavailable(flow: Flow) -> None:
     sid, cid = flow.waiting()
     assert flow.user.post(f"/sessions/{sid}/cancel").status_code == 200
     assert flow.entry(cid)["state"] == "expired"
@@ -419,7 +351,7 @@ def test_late_answer__expired_question_of_an_ended_session__409_session_unavaila
     assert flow.stored(sid).version == version
 
 
-def test_late_answer__unknown_option__400_naming_the_field(flow: Messages) -> None:
+def test_late_answer__unknown_option__400_naming_the_field(flow: Flow) -> None:
     sid, cid = flow.superseded()
     version = flow.stored(sid).version
 
@@ -430,7 +362,7 @@ def test_late_answer__unknown_option__400_naming_the_field(flow: Messages) -> No
     assert flow.stored(sid).version == version
 
 
-def test_late_answer__retried__one_message_linked_once(flow: Messages) -> None:
+def test_late_answer__retried__one_message_linked_once(flow: Flow) -> None:
     sid, cid = flow.superseded()
     flow.end_turn(sid)
 
@@ -442,7 +374,7 @@ def test_late_answer__retried__one_message_linked_once(flow: Messages) -> None:
     assert flow.entry(cid)["late_answer_message_id"] == first.json()["message_id"]
 
 
-def test_late_answer__steered_into_the_running_turn__linked_to_its_question(flow: Messages) -> None:
+def test_late_answer__steered_into_the_running_turn__linked_to_its_question(flow: Flow) -> None:
     sid, cid = flow.superseded()  # turn 2 is running: steering is possible
     with flow.steering() as runtime:
         resp = flow.post(sid, "fyi", delivery="steer", in_reply_to=late(cid))
@@ -454,7 +386,7 @@ def test_late_answer__steered_into_the_running_turn__linked_to_its_question(flow
 
 # ====================================================================== the local stack's stream pump
 def test_local_stream_pump__a_cancelled_transaction_in_between__later_records_still_delivered(
-        flow: Messages) -> None:
+        flow: Flow) -> None:
     """The local stack must keep publishing history after a lost idempotent admission (a cancelled
     transaction, e.g. one of five concurrent retries); here the stack's own long-lived pump is used."""
     from chalicelib.domain.errors import ConditionFailed

@@ -9,40 +9,20 @@ Scenario tags (C1, C2, L1, L2, WD1 ...) refer to reference/kandev-scenarios.md.
 """
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from datetime import datetime, timedelta
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import pytest
 import requests
 
 from chalicelib import bootstrap
-from chalicelib.domain.model import Event
-from chalicelib.functions import reconciler
-from chalicelib.services.deps import Settings
 from scripts.local.sim_agent import SimAgent
-from scripts.local.stack import LocalStack, make_pump
-from tests.conftest import ApiClient
-from tests.support.stored import StoredState
-
-WORKSPACE = "ws-1"
-QUESTIONS: list[dict[str, Any]] = [
-    {"question_id": "q1", "title": "Database", "prompt": "Which database?",
-     "options": [{"option_id": "pg", "label": "Postgres"}, {"option_id": "my", "label": "MySQL"}]},
-    {"question_id": "q2", "title": "Cache", "prompt": "Which cache?",
-     "options": [{"option_id": "redis", "label": "Redis"}, {"option_id": "none", "label": "No cache"}]},
-]
-
-
-def answer(db: str = "pg", cache: str = "redis", note: str = "[hang] A") -> dict[str, Any]:
-    return {"answers": [{"question_id": "q1", "selected_options": [db]},
-                        {"question_id": "q2", "selected_options": [cache], "custom_text": note}]}
+from scripts.local.stack import LocalStack
+from tests.support.flow import ANSWER, SKIP, ApiClient, Flow, answer, error, in_thread, session_of
 
 
 def stored_answers(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,180 +31,10 @@ def stored_answers(body: dict[str, Any]) -> list[dict[str, Any]]:
              "custom_text": a.get("custom_text", "")} for a in body["answers"]]
 
 
-ANSWER = answer()
-SKIP = {"rejected": True, "reject_reason": "not now"}
-_ids = itertools.count(1)
-
-
-class Flow(StoredState):
-    """The running stack, driven from both sides (user routes and agent routes)."""
-
-    def __init__(self, stack: LocalStack, sim: SimAgent, user: ApiClient) -> None:
-        self.stack, self.sim, self.user = stack, sim, user
-
-    # ------------------------------------------------------------------ plumbing
-    def drain(self) -> None:
-        # A fresh pump per drain, resuming from the stored checkpoints: a long-lived pump keeps shard iterators
-        # that a cancelled transaction orphans in the emulator (pinned in test_messages.py, last test).
-        self.stack.pump = make_pump(self.stack.endpoint)
-        self.stack.pump.drain()
-
-    def agent(self, session_id: str) -> ApiClient:
-        return ApiClient(self.stack.url, self.stack.agent_token(session_id))
-
-    def other_user(self) -> ApiClient:
-        return ApiClient(self.stack.url, self.stack.user_token(sub="user-2"))
-
-    # ------------------------------------------------------------------ user side
-    def task(self) -> str:
-        resp = self.user.post("/tasks", {"title": "Refactor"})
-        assert resp.status_code == 201, resp.text
-        return str(resp.json()["id"])
-
-    def session(self, task_id: str | None = None) -> str:
-        """A session whose first turn is open (RUNNING) with a silent agent."""
-        resp = self.user.post(f"/tasks/{task_id or self.task()}/sessions", {"prompt": "[hang] start"})
-        assert resp.status_code == 201, resp.text
-        return str(resp.json()["id"])
-
-    def respond(self, cid: str, body: Any, key: str | None = None, client: ApiClient | None = None,
-                ) -> requests.Response:
-        headers = {"Idempotency-Key": key} if key else {}
-        return (client or self.user).post(f"/clarifications/{cid}/respond", body, headers=headers)
-
-    def send(self, session_id: str, content: str = "[hang] newer work") -> dict[str, Any]:
-        resp = self.user.post(f"/sessions/{session_id}/messages",
-                              {"client_message_id": f"m-{next(_ids)}", "content": content})
-        assert resp.status_code == 201, resp.text
-        return dict(resp.json())
-
-    def transcript(self, session_id: str, client: ApiClient | None = None) -> dict[str, Any]:
-        resp = (client or self.user).get(f"/sessions/{session_id}/transcript")
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json())
-
-    def entry(self, cid: str, client: ApiClient | None = None) -> dict[str, Any]:
-        found = [m for m in self.transcript(session_of(cid), client)["messages"] if m.get("clarification_id") == cid]
-        assert len(found) == 1, found
-        return found[0]
-
-    # ------------------------------------------------------------------ agent side
-    def ask(self, session_id: str) -> str:
-        resp = self.agent(session_id).post(f"/agent/sessions/{session_id}/clarifications", {"questions": QUESTIONS})
-        assert resp.status_code == 201, resp.text
-        return str(resp.json()["clarification_id"])
-
-    def waiting(self, task_id: str | None = None) -> tuple[str, str]:
-        """(session, bundle): two questions pending and live in the session's open first turn."""
-        sid = self.session(task_id)
-        return sid, self.ask(sid)
-
-    def detached(self, task_id: str | None = None) -> tuple[str, str]:
-        sid, cid = self.waiting(task_id)
-        resp = self.agent(sid).post(f"/agent/clarifications/{cid}/detach")
-        assert resp.status_code == 200 and resp.json()["detached_question_ids"] == ["q1", "q2"], resp.text
-        return sid, cid
-
-    def wait(self, cid: str, timeout: int = 5) -> requests.Response:
-        return self.agent(session_of(cid)).get(f"/agent/clarifications/{cid}/wait?timeout={timeout}")
-
-    def confirm(self, cid: str, delivery_id: str) -> requests.Response:
-        return self.agent(session_of(cid)).post(f"/agent/clarifications/{cid}/confirm", {"delivery_id": delivery_id})
-
-    def take_claim(self, cid: str) -> dict[str, Any]:
-        """The live waiter's long-poll: returns once a response was claimed for it."""
-        for _ in range(10):
-            resp = self.wait(cid)
-            assert resp.status_code == 200, resp.text
-            if resp.json()["state"] != "pending":
-                return dict(resp.json())
-        raise AssertionError("no claim reached the waiter")
-
-    def frames(self, session_id: str, *frames: dict[str, Any]) -> None:
-        resp = self.agent(session_id).post(f"/agent/sessions/{session_id}/frames", {"frames": list(frames)})
-        assert resp.status_code == 200, resp.text
-
-    def frame(self, session_id: str, kind: str, **extra: Any) -> None:
-        s = self.stored(session_id)
-        self.frames(session_id, {"type": kind, "execution_id": s.execution_id, "prompt_generation": s.generation,
-                                 "turn_id": s.current_turn.id if s.current_turn else None, **extra})
-
-    def newer_turn(self, session_id: str) -> str:
-        """The agent ends its turn and the user's next message starts a newer one."""
-        self.frame(session_id, "turn_completed")
-        sent = self.send(session_id)
-        assert sent["admission"] == "sent", sent
-        return str(sent["turn_id"])
-
-    # ------------------------------------------------------------------ storage and the agent's log
-    def prompts(self, session_id: str) -> list[dict[str, Any]]:
-        return [e for e in self.sim.events() if e["kind"] == "prompt" and e["session_id"] == session_id]
-
-    def cancels(self, session_id: str) -> list[dict[str, Any]]:
-        return [e for e in self.sim.events() if e["kind"] == "cancel" and e["session_id"] == session_id]
-
-    def updates(self, cid: str) -> list[Event]:
-        rows = self.store.list_events(WORKSPACE, low_sk="", after_sk="", written_after="", limit=100_000)
-        return [e for _, _, e in rows if e.type == "message.updated" and e.payload.get("clarification_id") == cid]
-
-    # ------------------------------------------------------------------ dependencies and the scheduled reconciler
-    @contextmanager
-    def settings(self, **changes: Any) -> Iterator[Settings]:
-        real = bootstrap.deps()
-        settings = dataclasses.replace(real.settings, **changes)
-        bootstrap.override(dataclasses.replace(real, settings=settings))
-        try:
-            yield settings
-        finally:
-            bootstrap.override(real)
-
-    def reconcile_later(self, seconds: float, *session_ids: str) -> reconciler.Report:
-        """The scheduled reconciler, `seconds` from now, over these sessions only (others belong to other tests)."""
-        real = bootstrap.deps()
-        shifted = dataclasses.replace(real, clock=lambda: real.clock() + timedelta(seconds=seconds),
-                                      store=_Only(real.store, set(session_ids)))
-        return reconciler.reconcile(shifted, before_traffic=False)
-
-
-class _Only:
-    """The real store, with the reconciler's work list narrowed to some sessions."""
-
-    def __init__(self, inner: Any, session_ids: set[str]) -> None:
-        self._inner, self._ids = inner, session_ids
-
-    def due_sessions(self, before: str | None) -> list[str]:
-        return [s for s in self._inner.due_sessions(before) if s in self._ids]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-def session_of(cid: str) -> str:
-    return cid.split(".", 1)[0]
-
-
-def in_thread(fn: Callable[[], requests.Response]) -> Future[requests.Response]:
-    future: Future[requests.Response] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as exc:  # surfaced by future.result()
-            future.set_exception(exc)
-    threading.Thread(target=run, daemon=True).start()
-    return future
-
-
-def error(resp: requests.Response) -> dict[str, Any]:
-    body = resp.json()
-    assert "error" in body, body
-    return dict(body["error"])
-
-
 @pytest.fixture
 def flow(shared: tuple[LocalStack, SimAgent]) -> Flow:
     stack, sim = shared
-    return Flow(stack, sim, ApiClient(stack.url, stack.user_token()))
+    return Flow(stack, sim, f"ws-{uuid.uuid4().hex[:12]}")
 
 
 # ====================================================================== validation before anything else

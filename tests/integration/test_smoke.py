@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
-from tests.conftest import ApiClient
+from tests.support.flow import ApiClient
 
 
 def test_message__idle_session__agent_reply_and_turn_events(stack: LocalStack, user: ApiClient,

@@ -22,8 +22,7 @@ from chalicelib.store.models import HistoryRecord, SessionRecord
 from chalicelib.store.protocol import Remembered
 from scripts.local.pump import LambdaContext, lambda_record
 from scripts.local.stack import LocalStack
-from tests.conftest import ApiClient
-from tests.integration.test_clarifications import QUESTIONS, Flow
+from tests.support.flow import ONE_QUESTION, QUESTIONS, ApiClient, Flow
 
 Handler = Callable[[dict[str, Any], Any], Any]
 SEED = 20260814
@@ -174,7 +173,7 @@ def assert_events_match_the_workload(flow: Flow, w: Workload) -> None:
 # ====================================================================== the same batch twice
 def test_stream_batch_delivered_twice__no_duplicate_event_and_same_projections(stack: LocalStack,
                                                                                user: ApiClient) -> None:
-    flow = Flow(stack, "ws-1")
+    flow = Flow(stack, None, "ws-1", questions=ONE_QUESTION)
     w = workload(flow)
     replay = Replay(stack)
     assert replay.sessions() > 0
@@ -200,7 +199,7 @@ def test_stream_records_interleaved_across_items__same_projections_as_in_order(s
                                                                                user: ApiClient) -> None:
     """The first delivery interleaves the items' records (each item's own order kept) in uneven batches;
     then the very same shuffled batches are delivered again."""
-    flow = Flow(stack, "ws-1")
+    flow = Flow(stack, None, "ws-1", questions=ONE_QUESTION)
     w = workload(flow)
     sizes = [random.Random(SEED).randint(1, 7) for _ in range(300)]
     replay = Replay(stack)
@@ -226,7 +225,7 @@ def test_stream_records_interleaved_across_items__same_projections_as_in_order(s
 # ====================================================================== redelivery after a deletion
 def test_stream_redelivery__after_a_message_was_deleted__message_stays_deleted(stack: LocalStack,
                                                                                user: ApiClient) -> None:
-    flow = Flow(stack, "ws-1")
+    flow = Flow(stack, None, "ws-1", questions=ONE_QUESTION)
     task = flow.task()
     session = flow.session(task, prompt="[hang] delete me later")
     flow.ask(session)
@@ -255,7 +254,7 @@ def test_pump__after_a_cancelled_transaction__later_records_still_delivered(stac
     is an ordinary outcome (a concurrent turn, a cancelled session).
     """
     assert stack.pump is not None
-    flow = Flow(stack, "ws-1")
+    flow = Flow(stack, None, "ws-1", questions=ONE_QUESTION)
     session = flow.session(flow.task(), prompt=None)
     stack.pump.drain()
     deps = bootstrap.deps()
