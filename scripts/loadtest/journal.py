@@ -18,6 +18,8 @@ class Request:
     code: str | None = None
     retryable: bool | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    path: str = ""
 
     def overlaps(self, start: float, end: float) -> bool:
         return self.start <= end and self.end >= start

@@ -119,14 +119,18 @@ def request_of(request_type: str, name: str, response_time: float, response: Any
                start_time: float, **_: Any) -> Request:
     status = int(getattr(response, "status_code", 0) or 0)
     code = retryable = None
+    message = ""
     if status >= 400:
         try:
             error = response.json().get("error", {})
-            code, retryable = error.get("code"), error.get("retryable")
+            code, retryable, message = error.get("code"), error.get("retryable"), str(error.get("message", ""))
         except (ValueError, AttributeError):
-            pass
+            message = str(getattr(response, "text", ""))[:200]
+    elif not status:
+        message = str(getattr(response, "error", ""))[:200]
     return Request(name, start_time, start_time + response_time / 1000, status, code, retryable,
-                   {k: v for k, v in context.items() if k in ("clarification_id", "marker")})
+                   {k: v for k, v in context.items() if k in ("clarification_id", "marker")}, message,
+                   str(getattr(getattr(response, "request", None), "path_url", "")))
 
 
 def bare_getitems(stack: LoadStack, n: int) -> list[float]:
@@ -206,15 +210,17 @@ class Report:
             by_op.setdefault(r.op, []).append(r)
         rows = [self._row("GetItem (bare, idle, the unit)", self.baseline, seconds, len(self.baseline), 0)]
         for op, reqs in sorted(by_op.items()):
-            answered = [r.end - r.start for r in reqs if r.status]
-            rows.append(self._row(op, answered, seconds, len(reqs), sum(1 for r in reqs if r.status >= 400 or
-                                                                       not r.status)))
+            # Served by the application: not the gate's 503 while restarting, not a dead connection.
+            served = [r.end - r.start for r in reqs if 0 < r.status < 500 or r.code not in (None, "not_ready")]
+            rows.append(self._row(op, served, seconds, len(reqs), sum(1 for r in reqs if r.status >= 400 or
+                                                                      not r.status)))
         return rows
 
     def _row(self, op: str, samples: list[float], seconds: float, calls: int, failed: int) -> dict[str, Any]:
         ordered = sorted(samples) or [0.0]
         p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
-        return {"operation": op, "calls": calls, "not_2xx": failed, "per_second": calls / seconds,
+        return {"operation": op, "calls": calls, "not_2xx": failed, "served": len(samples),
+                "per_second": len(samples) / seconds,
                 "p50": statistics.median(ordered) / self.unit, "p99": p99 / self.unit}
 
     def as_dict(self) -> dict[str, Any]:
@@ -225,6 +231,7 @@ class Report:
                 "duration": self.window[1] - self.window[0], "users": self.args.users, "seed": self.seed,
                 "getitem_ms": self.unit * 1000, "operations": self.operations(), "settling": self.settled,
                 "machine": machine(), "logged": self.logged, "races": races(self.journal),
+                "refusals": refusals(self.journal),
                 "fault_log": [{**f.__dict__, "down_s": f.back - f.killed} for f in self.journal.faults]}
 
     def markdown(self) -> str:
@@ -244,7 +251,9 @@ class Report:
         lines.append("Two-device races: " + (", ".join(f"{k}: {n}" for k, n in sorted(races(self.journal).items()))
                                               or "none") + ".")
         lines.append("Logged by the stack: " + ", ".join(f"{k} {n}" for k, n in self.logged.items()) + ".")
-        lines += ["", "| operation | calls | not 2xx | per second | p50 (× GetItem) | p99 (× GetItem) |",
+        lines += ["", "Per operation: every call; those the application served (not the 503 of a restarting API, "
+                  "not a dead connection) give the throughput and the latencies.", "",
+                  "| operation | calls | not 2xx | served per second | p50 (× GetItem) | p99 (× GetItem) |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {r['operation']} | {r['calls']} | {r['not_2xx']} | {r['per_second']:.2f} | {r['p50']:.1f} | "
                   f"{r['p99']:.1f} |" for r in self.operations()]
@@ -263,6 +272,16 @@ def logged(workdir: Path) -> dict[str, int]:
     """Errors the stack's processes logged (a failed stream record is retried by design: informational)."""
     text = "\n".join(p.read_text(errors="replace") for p in workdir.glob("*.log"))
     return {name: text.count(needle) for name, needle in LOGGED.items()}
+
+
+def refusals(journal: Journal) -> dict[str, int]:
+    """Every 4xx by operation, code and message: what the users were refused, for reading, not judging."""
+    out: dict[str, int] = {}
+    for r in journal.requests:
+        if 400 <= r.status < 500:
+            key = f"{r.op}: {r.status} {r.code} ({r.message})"
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def races(journal: Journal) -> dict[str, int]:

@@ -118,7 +118,9 @@ class Person(HttpUser):
                 race: str | None = None) -> AnswerOp:
         mk = marker()
         cid = entry["clarification_id"]
-        pending = [q["question_id"] for q in entry["questions"] if q["status"] == "pending"]
+        # A question no longer pending is answered whole (the API then says why it is not active).
+        pending = [q["question_id"] for q in entry["questions"] if q["status"] == "pending"] or [
+            q["question_id"] for q in entry["questions"]]
         body: dict[str, Any] = ({"rejected": True, "reject_reason": mk} if skip else {"answers": [
             {"question_id": q, "selected_options": [random.choice("ab")], "custom_text": mk} for q in pending]})
         answer = AnswerOp(mk, "skip" if skip else "answer", entry["session_id"], cid, race)

@@ -19,8 +19,11 @@ The invariants, exactly as measured here (a marker is unique to one answer or me
 4. Projections disagreeing with the rule after settling. A task's stored status summary (pending action,
    primary session) differs from the rule applied to its stored sessions, read from the store (the task
    list's read-repair is not consulted).
-5. Unexpected 5xx. Every answer >= 500 and every request without an HTTP answer, from the users and from
-   the simulated agent, that is not one of the expected outcomes of a fault (see `classify`).
+5. Unexpected 5xx. Every answer >= 500, to the users and to the simulated agent, that is not one of the
+   expected outcomes of a fault (see `classify`).
+6. No answer while the API was up. A request without an HTTP answer (refused, reset, or past the client's
+   timeout: 45 s for users, 10 s for the agent's calls, its long-poll plus 10 s) outside the API's down
+   windows: the stack was too slow to serve it.
 """
 from __future__ import annotations
 
@@ -98,7 +101,7 @@ class Verdict:
     checked: dict[str, int] = field(default_factory=dict)
 
     INVARIANTS = ("answers lost", "dispatched twice", "stale questions reactivated",
-                  "projections disagreeing with the rule", "unexpected 5xx")
+                  "projections disagreeing with the rule", "unexpected 5xx", "no answer while the API was up")
 
     def counts(self) -> dict[str, int]:
         return {name: sum(1 for f in self.findings if f.invariant == name) for name in self.INVARIANTS}
@@ -271,8 +274,8 @@ def unexpected_5xx(v: Verdict, journal: Journal, record: AgentRecord) -> None:
             continue
         why = classify(r, journal, asked_at)
         if why is None:
-            v.add("unexpected 5xx", f"user {r.op}", f"{r.status} {r.code or ''} at {r.start:.3f}-{r.end:.3f} "
-                  f"{json.dumps(r.context)}")
+            v.add("unexpected 5xx" if r.status else "no answer while the API was up", f"user {r.op}",
+                  f"{r.status} {r.code or r.message} at {r.start:.3f}-{r.end:.3f} {json.dumps(r.context)}")
         else:
             v.expected[why] = v.expected.get(why, 0) + 1
     for e in agent_failures(record.events):
@@ -282,8 +285,8 @@ def unexpected_5xx(v: Verdict, journal: Journal, record: AgentRecord) -> None:
             why = "agent call without an HTTP answer or 503: the API was down"
             v.expected[why] = v.expected.get(why, 0) + 1
         else:
-            v.add("unexpected 5xx", f"agent {e.get('path')}", f"{e.get('status')} {str(e.get('body'))[:200]} "
-                  f"at {e['at']}")
+            v.add("unexpected 5xx" if e.get("status") else "no answer while the API was up",
+                  f"agent {e.get('path')}", f"{e.get('status')} {str(e.get('body'))[:200]} at {e['at']}")
 
 
 def agent_failures(events: Iterable[Event]) -> list[Event]:
