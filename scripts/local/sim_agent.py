@@ -685,11 +685,13 @@ def _handler_for(agent: SimAgent) -> type[BaseHTTPRequestHandler]:
         def _dispatch(self) -> None:
             handler = agent.route(self.command, urlsplit(self.path).path)
             if handler is None:
+                agent.log.add("error", status=404, body=f"no route {self.command} {self.path}")
                 self._send(Reply(404, {"error": {"code": "not_found", "message": "no such route"}}))
                 return
             try:
                 reply = handler(self._read_json())
             except ValueError as exc:
+                agent.log.add("error", status=400, body=f"refused a malformed {self.path} request: {exc}")
                 reply = Reply(
                     400,
                     {"error": {"code": "validation_error", "message": "bad request", "details": {"field": str(exc)}}},

@@ -346,6 +346,9 @@ def test_backend_error_is_logged_and_server_keeps_serving(backend: FakeBackend) 
     sim = SimAgent("http://127.0.0.1:9", port=0).start()  # nothing listens on the discard port
     try:
         prompt(sim, "hi")
+        deadline = time.monotonic() + 5  # the script starts once the prompt's answer is on the wire
+        while not [e for e in sim.events() if e["kind"] == "error"] and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert sim.wait_idle(2.0)
         error = [e for e in sim.events() if e["kind"] == "error"][0]
         assert error["status"] is None and error["path"].endswith("/frames")
