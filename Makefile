@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench package clean
+.PHONY: run test lint bench load package clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench
+
+# The load and soak run under kill -9 faults; `make load DURATION=600 USERS=20` for a long soak.
+DURATION ?= 180
+USERS ?= 10
+load: $(STAMP)
+	$(PY) scripts/load --duration $(DURATION) --users $(USERS)
 
 package: $(STAMP)
 	$(PY) scripts/package

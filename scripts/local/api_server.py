@@ -1,7 +1,8 @@
 """Serves the Chalice app on 127.0.0.1 like API Gateway, including its gateway responses.
 
 In AWS the template's GatewayResponses turn an authorizer denial into 401 and an unknown route into 404,
-both in the API's error envelope; the local server does the same so clients see one contract.
+both in the API's error envelope; the local server does the same so clients see one contract. Like Lambda,
+it never lets one request see another's: each serving thread has its own current request.
 """
 from __future__ import annotations
 
@@ -38,9 +39,35 @@ class GatewayHandler(ChaliceRequestHandler):
         pass
 
 
+class _PerThread:
+    """A data descriptor holding one value per thread: it outranks the instance attribute of that name."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return getattr(self._local, "value", None)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self._local.value = value
+
+
+def isolate_requests(app: Any) -> Any:
+    """Give each serving thread its own `current_request` and `lambda_context`.
+
+    Chalice keeps both as plain attributes of the app, which is right in Lambda (one invocation at a time
+    per instance) and wrong behind a threaded server: a view would read another request's caller and body.
+    """
+    if getattr(type(app), "_isolated", False):
+        return app
+    app.__class__ = type(f"PerThread{type(app).__name__}", (type(app),), {
+        "_isolated": True, "current_request": _PerThread(), "lambda_context": _PerThread()})
+    return app
+
+
 def make_server(app: Any, host: str = "127.0.0.1", port: int = 8000, stage: str = "local") -> LocalDevServer:
     config = Config(chalice_stage=stage, config_from_disk=_config(), user_provided_params={})
-    return LocalDevServer(app, config, host, port, handler_cls=GatewayHandler)
+    return LocalDevServer(isolate_requests(app), config, host, port, handler_cls=GatewayHandler)
 
 
 def _config() -> dict[str, Any]:

@@ -1,16 +1,21 @@
 """`make run`: Clarify on this machine. Starts and supervises the emulator (unless one already answers),
 creates the tables from the models, starts the simulated agent, the API, the stream pump and the
 scheduler, runs the reconciler (the API answers 503 not_ready until it succeeds), then prints the URL and
-a user token. Ctrl-C stops every child process."""
+a user token. Ctrl-C stops every child process.
+
+The pieces (environment, supervisor, one function per process, the before-traffic reconciler) are also
+what `scripts/load` uses to start the same stack and to restart its processes after a kill -9."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -42,16 +47,49 @@ def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
     raise RuntimeError(f"{what} did not come up within {timeout:.0f}s")
 
 
+def new_deployment_id(prefix: str = "local") -> str:
+    """Each start of the API is a deployment of its own: it serves once the reconciler ran for this id."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def stack_env(endpoint: str, agent_port: int, **overrides: str) -> dict[str, str]:
+    """The environment of every child process: the local stage, the emulator and the agent's URL."""
+    env = {**os.environ, **local_env(CLARIFY_AGENTCTL_URL=f"http://127.0.0.1:{agent_port}",
+                                     CLARIFY_DEPLOYMENT_ID=new_deployment_id())}
+    env.update(overrides)
+    env["AWS_ENDPOINT_URL"] = endpoint
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 class Supervisor:
-    def __init__(self, env: dict[str, str]) -> None:
+    """Child processes by name. With `logs`, each child's output is appended to `<logs>/<name>.log`."""
+
+    def __init__(self, env: dict[str, str], logs: Path | None = None) -> None:
         self.env = env
+        self.logs = logs
         self.children: dict[str, subprocess.Popen[bytes]] = {}
 
-    def spawn(self, name: str, *args: str) -> None:
-        self.children[name] = subprocess.Popen([PY, "-m", *args], cwd=ROOT, env=self.env)
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        out: Any = None
+        if self.logs is not None:
+            out = open(self.logs / f"{name}.log", "ab")  # the child holds it; closed when it exits
+        try:
+            self.children[name] = subprocess.Popen([PY, "-m", *args], cwd=ROOT, env=env or self.env, stdout=out,
+                                                   stderr=subprocess.STDOUT if out else None)
+        finally:
+            if out is not None:
+                out.close()
 
     def dead(self) -> str | None:
         return next((n for n, p in self.children.items() if p.poll() is not None), None)
+
+    def kill(self, name: str) -> None:
+        """kill -9 one child (a crash: no handler runs) and reap it."""
+        proc = self.children[name]
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
 
     def stop(self) -> None:
         for proc in self.children.values():
@@ -63,6 +101,59 @@ class Supervisor:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+# ------------------------------------------------------------------ the processes of the stack
+def ensure_emulator(sup: Supervisor, endpoint: str) -> bool:
+    """Start the emulator unless one already answers at `endpoint`; True when this call started it."""
+    if emulator_answers(endpoint):
+        return False
+    port = endpoint.rsplit(":", 1)[-1].strip("/")
+    sup.spawn("emulator", "scripts.local.emulator", "--port", port)
+    wait_for(lambda: emulator_answers(endpoint), "the emulator")
+    return True
+
+
+def create_tables_at(endpoint: str) -> int:
+    """Create the tables (named by CLARIFY_TABLE_PREFIX in this process's environment); returns how many."""
+    from chalicelib import bootstrap
+    from chalicelib.store.tables import create_tables
+    bootstrap.configure_tables()
+    return len(create_tables(boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")))
+
+
+def spawn_agent(sup: Supervisor, api_url: str, agent_port: int, *extra: str) -> None:
+    sup.spawn("agent", "scripts.local.sim_agent", "--api", api_url, "--port", str(agent_port), "--quiet", *extra)
+    wait_for(lambda: _answers(f"http://127.0.0.1:{agent_port}/health", 200), "the simulated agent")
+
+
+def spawn_api(sup: Supervisor, api_port: int, env: dict[str, str] | None = None) -> None:
+    sup.spawn("api", "scripts.local.api_server", "--port", str(api_port), env=env)
+
+
+def spawn_worker(sup: Supervisor, schedule_interval: float) -> None:
+    sup.spawn("worker", "scripts.local.worker", "--schedule-interval", str(schedule_interval))
+
+
+def reconcile_before_traffic(env: dict[str, str], timeout: float = 120.0) -> dict[str, Any]:
+    """Run the before-traffic reconciler for env's deployment id in a process of its own (as the deploy
+    gate invokes its function). Raises RuntimeError naming the failure; traffic then stays off."""
+    done = subprocess.run([PY, "-m", "scripts.local.reconcile"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        raise RuntimeError(f"the reconciler failed: {lines[-1] if lines else done.returncode}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def start_api(sup: Supervisor, api_port: int, env: dict[str, str]) -> dict[str, Any]:
+    """Start the API for env's deployment id and reconcile before it takes traffic; returns the report."""
+    api_url = f"http://127.0.0.1:{api_port}"
+    spawn_api(sup, api_port, env)
+    wait_for(lambda: _answers(api_url + "/api/v1/health"), "the API")
+    report = reconcile_before_traffic(env)
+    wait_for(lambda: _answers(api_url + "/api/v1/health", 200), "readiness")
+    return report
 
 
 def main() -> int:
@@ -77,10 +168,7 @@ def main() -> int:
 
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:4566"
     api_url = f"http://127.0.0.1:{args.api_port}"
-    env = {**os.environ, **local_env(CLARIFY_AGENTCTL_URL=f"http://127.0.0.1:{args.agent_port}",
-                                     CLARIFY_DEPLOYMENT_ID=f"local-{uuid.uuid4().hex[:8]}")}
-    env["AWS_ENDPOINT_URL"] = endpoint
-    env["PYTHONUNBUFFERED"] = "1"
+    env = stack_env(endpoint, args.agent_port)
     os.environ.update(env)
     sup = Supervisor(env)
     stopping = False
@@ -92,25 +180,14 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        if emulator_answers(endpoint):
+        if not ensure_emulator(sup, endpoint):
             print(f"using the emulator already answering at {endpoint}", flush=True)
-        else:
-            port = endpoint.rsplit(":", 1)[-1].strip("/")
-            sup.spawn("emulator", "scripts.local.emulator", "--port", port)
-            wait_for(lambda: emulator_answers(endpoint), "the emulator")
-        from chalicelib import bootstrap
-        from chalicelib.store.tables import create_tables
-        bootstrap.configure_tables()
-        created = create_tables(boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1"))
-        print(f"tables: {len(created)} created", flush=True)
-        sup.spawn("agent", "scripts.local.sim_agent", "--api", api_url, "--port", str(args.agent_port), "--quiet")
-        sup.spawn("api", "scripts.local.api_server", "--port", str(args.api_port))
-        sup.spawn("worker", "scripts.local.worker", "--schedule-interval", str(args.schedule_interval))
-        wait_for(lambda: _answers(api_url + "/api/v1/health"), "the API")
-        import app
-        report = app.reconcile_before_traffic({}, None)
+        print(f"tables: {create_tables_at(endpoint)} created", flush=True)
+        spawn_agent(sup, api_url, args.agent_port)
+        spawn_worker(sup, args.schedule_interval)
+        report = start_api(sup, args.api_port, env)
         print(f"reconciler: {report}", flush=True)
-        wait_for(lambda: _answers(api_url + "/api/v1/health", 200), "readiness")
+        from chalicelib import bootstrap
         from chalicelib.auth.tokens import mint
         token = mint(bootstrap.auth_secret(), sub="local-user", role="user", workspace_id=args.workspace)
         print(f"\nClarify is ready: {api_url}/api/v1\nweb client: {api_url}/#token={token}\n"

@@ -12,6 +12,10 @@ script, chosen by bracket tags in the prompt text, against the backend's agent r
     [disconnect] after asking, vanish without detaching
     [fail]       post a FAILED state frame instead of the final message
 
+A steer (POST /steer) is accepted while a script runs for the session and only recorded. With --record
+every event (each prompt and steer before it is acknowledged) is appended to a file as a JSON line, so the
+record of what the agent received outlives a kill -9 of this process.
+
 Run:  python -m scripts.local.sim_agent --api http://127.0.0.1:8000 --port 8001
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import signal
 import sys
@@ -46,6 +51,7 @@ REQUEST_TIMEOUT = 10.0
 POLL_TIMEOUT_MARGIN = 10.0
 # How often a script blocked in a long-poll notices that it was cancelled.
 ABORT_CHECK_INTERVAL = 0.05
+RETRY_INTERVAL = 0.2
 
 
 # --------------------------------------------------------------------------------------------- log
@@ -54,15 +60,21 @@ ABORT_CHECK_INTERVAL = 0.05
 class EventLog:
     """Append-only, thread-safe record of everything the simulated agent received and did."""
 
-    def __init__(self, sink: Callable[[Event], None] | None = None) -> None:
+    def __init__(self, sink: Callable[[Event], None] | None = None, record: str | None = None) -> None:
         self._lock = threading.Lock()
         self._events: list[Event] = []
         self._sink = sink
+        self._record = open(record, "a", encoding="utf-8") if record else None
+        self._instance = os.getpid()
 
     def add(self, kind: str, **details: Any) -> Event:
         event: Event = {"kind": kind, **details, "at": datetime.now(UTC).isoformat()}
         with self._lock:
             self._events.append(event)
+            if self._record is not None:
+                # Written through to the OS before the caller answers: a kill -9 cannot lose it.
+                self._record.write(json.dumps({**event, "instance": self._instance}, default=str) + "\n")
+                self._record.flush()
         if self._sink is not None:
             self._sink(event)
         return event
@@ -203,11 +215,16 @@ class ScriptStopped(Exception):
 
 
 class Backend:
-    """Calls the backend's agent routes with one session's agent token."""
+    """Calls the backend's agent routes with one session's agent token.
 
-    def __init__(self, api_url: str, token: str | None) -> None:
+    With `retry_for` > 0 a call is repeated for that long while the backend certainly did not take it
+    (connection refused, or 503 not_ready while it restarts); anything else is never repeated.
+    """
+
+    def __init__(self, api_url: str, token: str | None, retry_for: float = 0.0) -> None:
         self.api_url = api_url.rstrip("/")
         self.token = token
+        self.retry_for = retry_for
 
     def call(
         self,
@@ -220,12 +237,23 @@ class Backend:
         timeout: float = REQUEST_TIMEOUT,
     ) -> requests.Response:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        try:
-            resp = requests.request(
-                method, self.api_url + path, json=body, params=params, headers=headers, timeout=timeout
-            )
-        except requests.RequestException as exc:
-            raise BackendError(path, None, str(exc)) from exc
+        deadline = time.monotonic() + self.retry_for
+        while True:
+            try:
+                resp = requests.request(
+                    method, self.api_url + path, json=body, params=params, headers=headers, timeout=timeout
+                )
+            except requests.ConnectionError as exc:
+                if _refused(exc) and time.monotonic() < deadline:
+                    time.sleep(RETRY_INTERVAL)
+                    continue
+                raise BackendError(path, None, str(exc)) from exc
+            except requests.RequestException as exc:
+                raise BackendError(path, None, str(exc)) from exc
+            if resp.status_code == 503 and _code(resp) == "not_ready" and time.monotonic() < deadline:
+                time.sleep(RETRY_INTERVAL)
+                continue
+            break
         if resp.status_code not in expect:
             raise BackendError(path, resp.status_code, response_body(resp))
         return resp
@@ -239,6 +267,17 @@ def response_body(resp: requests.Response) -> Any:
         return resp.json()
     except ValueError:
         return resp.text
+
+
+def _refused(exc: requests.ConnectionError) -> bool:
+    """Nothing was sent: the connection itself was refused (the backend is not listening)."""
+    return "Connection refused" in str(exc)  # urllib3 wraps the ConnectionRefusedError in its message
+
+
+def _code(resp: requests.Response) -> str | None:
+    body = response_body(resp)
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("code")) if isinstance(error, dict) else None
 
 
 # ---------------------------------------------------------------------------------------- scripts
@@ -474,11 +513,14 @@ class SimAgent:
         host: str = "127.0.0.1",
         port: int = 8001,
         on_event: Callable[[Event], None] | None = None,
+        record: str | None = None,
+        retry_for: float = 0.0,
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self.host = host
         self._requested_port = port
-        self.log = EventLog(on_event)
+        self.log = EventLog(on_event, record)
+        self.retry_for = retry_for
         self._cond = threading.Condition()
         self._runs: dict[str, list[ScriptRun]] = {}
         self._last_prompt: dict[str, Prompt] = {}
@@ -531,7 +573,8 @@ class SimAgent:
         routes: dict[tuple[str, str], Callable[[JsonBody], Reply]] = {
             ("POST", "/prompt"): self._on_prompt,
             ("POST", "/cancel"): self._on_cancel,
-            ("GET", "/health"): lambda _body: Reply(200, {"ok": True}),
+            ("POST", "/steer"): self._on_steer,
+            ("GET", "/health"): lambda _body: Reply(200, {"ok": True, "running": self.running()}),
             ("GET", "/log"): lambda _body: Reply(200, {"events": self.events()}),
         }
         return routes.get((method, path))
@@ -556,6 +599,19 @@ class SimAgent:
             return Reply(202, {"accepted": True})
         return Reply(202, {"accepted": True}, after=lambda: self._launch(prompt, directives))
 
+    def running(self) -> int:
+        with self._cond:
+            return sum(len(runs) for runs in self._runs.values())
+
+    def _on_steer(self, body: JsonBody) -> Reply:
+        """A message injected into the running turn: taken (and recorded) only while a script runs."""
+        prompt = Prompt.from_body(body)
+        with self._cond:
+            accepted = bool(self._runs.get(prompt.session_id))
+        self.log.add("steer", session_id=prompt.session_id, turn_id=prompt.turn_id, text=prompt.text,
+                     accepted=accepted)
+        return Reply(202 if accepted else 409, {"accepted": accepted})
+
     def _on_cancel(self, body: JsonBody) -> Reply:
         session_id = body.get("session_id")
         if not isinstance(session_id, str):
@@ -572,7 +628,8 @@ class SimAgent:
     # scripts
 
     def _launch(self, prompt: Prompt, directives: Directives) -> None:
-        run = ScriptRun(prompt, directives, Backend(self.api_url, prompt.agent_token), self.log, self._finished)
+        backend = Backend(self.api_url, prompt.agent_token, self.retry_for)
+        run = ScriptRun(prompt, directives, backend, self.log, self._finished)
         with self._cond:
             self._runs.setdefault(prompt.session_id, []).append(run)
         run.start()
@@ -609,7 +666,7 @@ class SimAgent:
         for run in runs:
             run.post_lock.acquire()
         try:
-            Backend(self.api_url, token).post_frames(session_id, [frame])
+            Backend(self.api_url, token, self.retry_for).post_frames(session_id, [frame])
             self.log.add("frame_posted", session_id=session_id, frame=frame)
         except BackendError as exc:
             self.log.add("error", session_id=session_id, path=exc.path, status=exc.status, body=exc.body)
@@ -628,11 +685,13 @@ def _handler_for(agent: SimAgent) -> type[BaseHTTPRequestHandler]:
         def _dispatch(self) -> None:
             handler = agent.route(self.command, urlsplit(self.path).path)
             if handler is None:
+                agent.log.add("error", status=404, body=f"no route {self.command} {self.path}")
                 self._send(Reply(404, {"error": {"code": "not_found", "message": "no such route"}}))
                 return
             try:
                 reply = handler(self._read_json())
             except ValueError as exc:
+                agent.log.add("error", status=400, body=f"refused a malformed {self.path} request: {exc}")
                 reply = Reply(
                     400,
                     {"error": {"code": "validation_error", "message": "bad request", "details": {"field": str(exc)}}},
@@ -687,9 +746,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--quiet", action="store_true", help="do not echo events to stderr")
+    parser.add_argument("--record", help="append every event to this file (JSON lines), kill-safe")
+    parser.add_argument("--retry-for", type=float, default=0.0,
+                        help="seconds to repeat a call the backend refused or answered 503 not_ready")
     args = parser.parse_args(argv)
 
-    agent = SimAgent(args.api, host=args.host, port=args.port, on_event=None if args.quiet else _print_event).start()
+    agent = SimAgent(args.api, host=args.host, port=args.port, on_event=None if args.quiet else _print_event,
+                     record=args.record, retry_for=args.retry_for).start()
     print(f"sim agent on {agent.url}", flush=True)
 
     done = threading.Event()

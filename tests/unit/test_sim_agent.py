@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,15 +25,18 @@ ANSWERED = (200, {"state": "answered", "response": ANSWER, "delivery_id": "d1"})
 class FakeBackend:
     """Records every call; clarification wait/confirm/detach answers are scripted per test."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.calls: list[dict[str, Any]] = []
+        # Scripted failures of the frames route: answer 503 not_ready this many times, or always `frames_status`.
+        self.not_ready = 0
+        self.frames_status = 200
         self.changed = threading.Condition()
         self.wait_answers: list[tuple[int, dict[str, Any]]] = []
         self.confirm_status = 200
         # When set, a wait call holds until the test releases it (a long-poll in progress).
         self.hold_waits = False
         self.release = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
@@ -79,6 +83,11 @@ class FakeBackend:
             return self.confirm_status, {} if self.confirm_status == 200 else {"error": {"code": "conflict"}}
         if path.endswith("/detach"):
             return 200, {"detached_question_ids": ["q1"]}
+        if path.endswith("/frames") and self.not_ready > 0:
+            self.not_ready -= 1
+            return 503, {"error": {"code": "not_ready", "retryable": True}}
+        if path.endswith("/frames"):
+            return self.frames_status, {}
         return 200, {}
 
     def _wait_answer(self, timeout: float) -> tuple[int, dict[str, Any]]:
@@ -326,7 +335,7 @@ def test_log_health_and_unknown_routes(agent: SimAgent, backend: FakeBackend) ->
         "execution_id": "e1",
     }
     assert "at" in events[0]
-    assert requests.get(f"{agent.url}/health", timeout=5).json() == {"ok": True}
+    assert requests.get(f"{agent.url}/health", timeout=5).json() == {"ok": True, "running": 0}
     missing = requests.get(f"{agent.url}/nope", timeout=5)
     assert missing.status_code == 404 and "error" in missing.json()
     assert requests.post(f"{agent.url}/prompt", data=b"{", timeout=5).status_code == 400
@@ -337,10 +346,76 @@ def test_backend_error_is_logged_and_server_keeps_serving(backend: FakeBackend) 
     sim = SimAgent("http://127.0.0.1:9", port=0).start()  # nothing listens on the discard port
     try:
         prompt(sim, "hi")
+        deadline = time.monotonic() + 5  # the script starts once the prompt's answer is on the wire
+        while not [e for e in sim.events() if e["kind"] == "error"] and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert sim.wait_idle(2.0)
         error = [e for e in sim.events() if e["kind"] == "error"][0]
         assert error["status"] is None and error["path"].endswith("/frames")
         assert requests.get(f"{sim.url}/health", timeout=5).status_code == 200
+    finally:
+        sim.stop()
+
+
+def test_record_file_holds_each_prompt_before_it_is_acknowledged(backend: FakeBackend, tmp_path: Any) -> None:
+    record = tmp_path / "record.jsonl"
+    sim = SimAgent(backend.url, port=0, record=str(record)).start()
+    try:
+        assert prompt(sim, "[hang] keep me").status_code == 202
+        lines = [json.loads(line) for line in record.read_text().splitlines()]  # read as soon as acknowledged
+        assert lines[0]["kind"] == "prompt" and lines[0]["text"] == "[hang] keep me" and lines[0]["accepted"]
+        assert isinstance(lines[0]["instance"], int)
+    finally:
+        sim.stop()
+    again = SimAgent(backend.url, port=0, record=str(record)).start()  # a restarted agent appends
+    try:
+        prompt(again, "[hang] and me", session_id="s2")
+        assert [json.loads(line)["text"] for line in record.read_text().splitlines()] == [
+            "[hang] keep me", "[hang] and me"]
+    finally:
+        again.stop()
+
+
+def test_steer_is_taken_and_recorded_only_while_a_script_runs(agent: SimAgent, backend: FakeBackend) -> None:
+    steer = {"session_id": "s1", "execution_id": "e1", "prompt_generation": 3, "turn_id": "t1",
+             "text": "also this", "agent_token": TOKEN}
+    assert requests.post(f"{agent.url}/steer", json=steer, timeout=5).status_code == 409  # nothing runs
+    prompt(agent, "[slow:5] working")
+    assert requests.get(f"{agent.url}/health", timeout=5).json() == {"ok": True, "running": 1}
+    assert requests.post(f"{agent.url}/steer", json=steer, timeout=5).status_code == 202
+    steers = [(e["text"], e["accepted"]) for e in agent.events() if e["kind"] == "steer"]
+    assert steers == [("also this", False), ("also this", True)]
+
+
+def test_retry_for_waits_out_a_backend_that_is_down_or_not_ready() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sim = SimAgent(f"http://127.0.0.1:{port}", port=0, retry_for=10.0).start()
+    backend = None
+    try:
+        prompt(sim, "hello")
+        time.sleep(0.5)  # refused meanwhile (nothing listens yet); the outcome does not depend on how often
+        assert sim.running() == 1 and not [e for e in sim.events() if e["kind"] == "error"]
+        backend = FakeBackend(port)
+        backend.not_ready = 2  # then restarting: 503 not_ready twice
+        assert sim.wait_idle(10.0)
+        assert backend.frame_types() == ["message", "message", "message", "turn_completed"]
+        assert not [e for e in sim.events() if e["kind"] == "error"]
+    finally:
+        sim.stop()
+        if backend:
+            backend.stop()
+
+
+def test_retry_for_never_repeats_a_call_the_backend_answered(backend: FakeBackend) -> None:
+    backend.frames_status = 500
+    sim = SimAgent(backend.url, port=0, retry_for=10.0).start()
+    try:
+        prompt(sim, "hello")
+        assert sim.wait_idle(5.0)
+        assert len(backend.paths("/frames")) == 1
+        assert [e["status"] for e in sim.events() if e["kind"] == "error"] == [500]
     finally:
         sim.stop()
 
