@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 from pynamodb.exceptions import PutError, PynamoDBException
 
+from .. import aws
 from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreUnavailable
 from ..domain.model import (
     Bundle,
@@ -69,8 +69,8 @@ class DynamoStore:
             return self._client_override
         if self._client_cache is None:
             meta: Any = SessionRecord.Meta
-            self._client_cache = boto3.client("dynamodb", region_name=getattr(meta, "region", None),
-                                              endpoint_url=getattr(meta, "host", None))
+            self._client_cache = aws.client("dynamodb", region_name=getattr(meta, "region", None),
+                                            endpoint_url=getattr(meta, "host", None))
         return self._client_cache
 
     @property
