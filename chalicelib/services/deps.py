@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from ..agentctl.client import Agentctl
+from ..bus.protocol import Bus
+from ..store.feed_index import FeedIndex
 from ..store.protocol import Store
+from .outbox import Outbox
 
 
 def iso(moment: datetime) -> str:
@@ -31,6 +34,8 @@ class Settings:
     watchdog_timeout: timedelta = timedelta(seconds=15)
     reservation_wait: float = 10.0  # how long a delayed ready frame waits for a reservation to resolve
     poll_interval: float = 0.1
+    bus_attempts: int = 3  # tries per bus entry within one publication before it is reported as failed
+    bus_backoff: float = 0.2  # seconds before the second try, doubling after
 
 
 @dataclass
@@ -42,6 +47,12 @@ class Deps:
     agent_token: Callable[[str, str], str]  # (workspace_id, session_id) -> bearer token for the agent
     settings: Settings = field(default_factory=Settings)
     sleep: Callable[[float], None] = lambda s: None
+    # The event bus and what the feed already holds (= what the bus accepted). No bus: events reach the
+    # client feed only (bootstrap makes that an explicit choice: CLARIFY_EVENT_BUS=none).
+    bus: Bus | None = None
+    feed_index: FeedIndex | None = None
+    # Set for one stream batch (functions.streams.process_batch): events wait there to be published together.
+    outbox: Outbox | None = None
 
     def now(self) -> str:
         return iso(self.clock())

@@ -41,7 +41,7 @@ def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
         action, primary = task_summary(sessions)
         if (action, primary) == (task.summary.pending_action, task.summary.primary_session_id):
             if republish and task.summary.revision:
-                _publish(deps, task)
+                publish_summary(deps, task)
             return task
         try:
             new = deps.store.set_task_summary(task_id, pending_action=action, primary_session_id=primary,
@@ -49,12 +49,13 @@ def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
         except ConditionFailed:
             task = None  # someone else moved the revision: recompute from fresh state
             continue
-        _publish(deps, new)
+        publish_summary(deps, new)
         return new
     raise ConditionFailed(f"task summary of {task_id} kept changing")
 
 
-def _publish(deps: Deps, task: Task) -> None:
+def publish_summary(deps: Deps, task: Task) -> None:
+    """The event of the task's current summary revision (its id and time are the revision's, so stable)."""
     emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None,
          event_id=f"task.status_summary.updated:{task.id}:{task.summary.revision}",
          kind="task.status_summary.updated", at=task.summary.updated_at or task.created_at,

@@ -8,7 +8,6 @@ from ..domain import validation as v
 from ..domain.model import Task
 from .access import task_for_user
 from .deps import Deps
-from .events import emit
 from .projection import refresh_task_summary
 
 DEFAULT_STEP = "todo"
@@ -22,9 +21,7 @@ def create_task(deps: Deps, caller: Caller, body: Any) -> Task:
     assert title is not None
     task = Task(id=deps.new_id(), workspace_id=caller.workspace_id, title=title, workflow_step=step,
                 created_at=deps.now())
-    deps.store.put_task(task)
-    emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None, event_id=f"task.created:{task.id}",
-         kind="task.created", at=task.created_at, payload=task_payload(task))
+    deps.store.put_task(task)  # task.created is published by the tasks stream function, so it cannot be lost
     return task
 
 

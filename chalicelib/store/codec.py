@@ -20,6 +20,8 @@ from ..domain.model import (
     Row,
     Session,
     State,
+    StatusSummary,
+    Task,
     Turn,
     TurnRecord,
     Watchdog,
@@ -261,3 +263,13 @@ def message_from_history(item: Mapping[str, Any]) -> Message:
 def turn_record_from_history(item: Mapping[str, Any]) -> TurnRecord:
     return TurnRecord(id=item["turn_id"], session_id=item["session_id"], seq=int(item.get("turn_seq", 0)),
                       started_at=item["created_at"], completed_at=item.get("completed_at") or None)
+
+
+def task_from_item(item: Mapping[str, Any]) -> Task:
+    """A tasks-table item (as a stream image delivers it) to a Task."""
+    return Task(id=item["task_id"], workspace_id=item["workspace_id"], title=item["title"],
+                workflow_step=item["workflow_step"], created_at=item["created_at"],
+                summary=StatusSummary(pending_action=item.get("pending_action"),
+                                      revision=int(item.get("summary_revision", 0)),
+                                      primary_session_id=item.get("primary_session_id"),
+                                      updated_at=item.get("summary_at") or ""))

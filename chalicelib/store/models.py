@@ -35,6 +35,7 @@ class TaskRecord(Model):
     class Meta:
         table_name = "tasks"
         billing_mode = ON_DEMAND
+        stream_view_type = STREAM  # task.created and summary revisions are published from it
 
     task_id = UnicodeAttribute(hash_key=True)
     workspace_id = UnicodeAttribute()

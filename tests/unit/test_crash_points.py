@@ -810,7 +810,7 @@ def s_stream(w: World) -> Ctx:
 def op_stream(w: World, deps: Deps, ctx: Ctx) -> None:
     end = len(w.store.changes)
     records = w.store.records(w.pumped)
-    result = streams.process_batch(records, lambda r: streams.on_session_record(deps, r))
+    result = streams.process_batch(deps, records, streams.on_session_record)
     assert result == {"batchItemFailures": []}
     w.pumped = end
 

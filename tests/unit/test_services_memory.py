@@ -151,7 +151,7 @@ def _frame(kind: str, session: Session, **extra: Any) -> dict[str, Any]:
 def test_create_task__valid_title__stored_in_callers_workspace(w: World) -> None:
     task = tasks.create_task(w.deps, USER, {"title": "  Refactor  "})
     assert (task.title, task.workspace_id, task.workflow_step) == ("Refactor", "ws-1", "todo")
-    assert w.store.get_task(task.id) == task and w.store.writes == 2  # the task and its task.created event
+    assert w.store.get_task(task.id) == task and w.store.writes == 1  # task.created comes from the tasks stream
 
 
 def test_create_task__agent_caller__not_found_and_nothing_written(w: World) -> None:
