@@ -1,7 +1,8 @@
 """`make run`: Clarify on this machine. Starts and supervises the emulator (unless one already answers),
-creates the tables from the models, starts the simulated agent, the API, the stream pump and the
-scheduler, runs the reconciler (the API answers 503 not_ready until it succeeds), then prints the URL and
-a user token. Ctrl-C stops every child process."""
+creates the tables from the models and the event bus (with a rule to the queue `scripts/bus-tail` prints),
+starts the simulated agent, the API, the stream pump and the scheduler, runs the reconciler (the API
+answers 503 not_ready until it succeeds), then prints the URL and a user token. Ctrl-C stops every child
+process."""
 from __future__ import annotations
 
 import argparse
@@ -13,19 +14,21 @@ import time
 import uuid
 from typing import Any
 
-import boto3
 import requests
 from botocore.config import Config
 
+from chalicelib import aws
+
+from .bus import ensure_bus
 from .env import ROOT, local_env
 
 PY = sys.executable
+DEFAULT_ENDPOINT = "http://127.0.0.1:4566"  # the LocalStack edge port
 
 
 def emulator_answers(endpoint: str) -> bool:
-    client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
-                          aws_secret_access_key="test",
-                          config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
+    client = aws.client("dynamodb", endpoint_url=endpoint,
+                        config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
     try:
         client.list_tables()
         return True
@@ -75,7 +78,7 @@ def main() -> int:
     parser.add_argument("--workspace", default=os.environ.get("CLARIFY_WORKSPACE", "ws-local"))
     args = parser.parse_args()
 
-    endpoint = os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:4566"
+    endpoint = aws.emulator_endpoint() or DEFAULT_ENDPOINT
     api_url = f"http://127.0.0.1:{args.api_port}"
     env = {**os.environ, **local_env(CLARIFY_AGENTCTL_URL=f"http://127.0.0.1:{args.agent_port}",
                                      CLARIFY_DEPLOYMENT_ID=f"local-{uuid.uuid4().hex[:8]}")}
@@ -101,8 +104,10 @@ def main() -> int:
         from chalicelib import bootstrap
         from chalicelib.store.tables import create_tables
         bootstrap.configure_tables()
-        created = create_tables(boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1"))
+        created = create_tables(aws.client("dynamodb"))
         print(f"tables: {len(created)} created", flush=True)
+        bus = ensure_bus(env["CLARIFY_EVENT_BUS"])
+        print(f"event bus: {bus.name} (watch its events: scripts/bus-tail)", flush=True)
         sup.spawn("agent", "scripts.local.sim_agent", "--api", api_url, "--port", str(args.agent_port), "--quiet")
         sup.spawn("api", "scripts.local.api_server", "--port", str(args.api_port))
         sup.spawn("worker", "scripts.local.worker", "--schedule-interval", str(args.schedule_interval))
