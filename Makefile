@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade "pip<26.3"
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
 

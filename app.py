@@ -246,17 +246,19 @@ def _stream_arn(table: str) -> str:
 @app.on_dynamodb_record(stream_arn=_stream_arn("sessions"), batch_size=100, starting_position="TRIM_HORIZON",
                         name="sessions_stream")
 def sessions_stream(event: Any) -> dict[str, Any]:
-    d = deps()
-    return streams.process_batch((r.to_dict() for r in event),
-                                 lambda r: streams.on_session_record(d, r))
+    return streams.process_batch(deps(), (r.to_dict() for r in event), streams.on_session_record)
 
 
 @app.on_dynamodb_record(stream_arn=_stream_arn("history"), batch_size=100, starting_position="TRIM_HORIZON",
                         name="history_stream")
 def history_stream(event: Any) -> dict[str, Any]:
-    d = deps()
-    return streams.process_batch((r.to_dict() for r in event),
-                                 lambda r: streams.on_history_record(d, r))
+    return streams.process_batch(deps(), (r.to_dict() for r in event), streams.on_history_record)
+
+
+@app.on_dynamodb_record(stream_arn=_stream_arn("tasks"), batch_size=100, starting_position="TRIM_HORIZON",
+                        name="tasks_stream")
+def tasks_stream(event: Any) -> dict[str, Any]:
+    return streams.process_batch(deps(), (r.to_dict() for r in event), streams.on_task_record)
 
 
 @app.lambda_function(name="reconcile_before_traffic")

@@ -1,18 +1,25 @@
 """Builds the real dependencies once, lazily, from the environment (Chalice sets it per stage)."""
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
 
+from . import aws
 from .agentctl.client import HttpAgentctl
 from .auth.tokens import mint
+from .bus.eventbridge import EventBridgeBus
+from .bus.protocol import Bus
 from .services.deps import Deps, Settings
 from .store import models
 from .store.dynamo import DynamoStore
+from .store.feed_index import DynamoFeedIndex
 
+log = logging.getLogger(__name__)
+NO_BUS = "none"
 _lock = threading.Lock()
 _deps: Deps | None = None
 
@@ -26,13 +33,26 @@ def auth_secret() -> str:
 
 def configure_tables() -> None:
     models.configure(prefix=os.environ.get("CLARIFY_TABLE_PREFIX", "clarify-local-"),
-                     host=os.environ.get("AWS_ENDPOINT_URL") or None,
-                     region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+                     host=aws.emulator_endpoint(), region=aws.region())
+
+
+def event_bus() -> Bus | None:
+    """The bus named by CLARIFY_EVENT_BUS. It must be set: `none` is the explicit choice of no bus, in which
+    case events reach the client feed only and nothing else hears of them."""
+    name = os.environ.get("CLARIFY_EVENT_BUS", "").strip()
+    if not name:
+        raise RuntimeError(f"CLARIFY_EVENT_BUS is not set: name the event bus, or set it to {NO_BUS!r} to publish "
+                           "events to the client feed only")
+    if name == NO_BUS:
+        log.warning("CLARIFY_EVENT_BUS=none: events reach the client feed only; no event bus hears of them")
+        return None
+    return EventBridgeBus(name)
 
 
 def build() -> Deps:
     configure_tables()
     secret = auth_secret()
+    bus = event_bus()
 
     def agent_token(workspace_id: str, session_id: str) -> str:
         return mint(secret, sub=f"agent:{session_id}", role="agent", workspace_id=workspace_id,
@@ -47,6 +67,8 @@ def build() -> Deps:
         agent_token=agent_token,
         settings=Settings(deployment_id=os.environ.get("CLARIFY_DEPLOYMENT_ID", "default")),
         sleep=time.sleep,
+        bus=bus,
+        feed_index=DynamoFeedIndex() if bus is not None else None,
     )
 
 

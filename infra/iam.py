@@ -35,10 +35,13 @@ ACCESS: dict[str, Access] = {
                   publish=True),
     # The authorizer only verifies a token: no data access at all.
     "bearer": Access(),
-    # Keeps history and projections (task/session pending_action) in step; only ever appends client events.
-    "sessions_stream": Access({"sessions": RW, "tasks": RW, "history": RW, "events": W}, stream="sessions",
+    # Keeps history and projections (task/session pending_action) in step, and publishes client events.
+    # Every publisher reads the feed too: an event already there is already on the bus.
+    "sessions_stream": Access({"sessions": RW, "tasks": RW, "history": RW, "events": RW}, stream="sessions",
                               publish=True),
-    "history_stream": Access({"events": W}, stream="history", publish=True),
+    "history_stream": Access({"events": RW}, stream="history", publish=True),
+    # Announces new tasks and republishes summary revisions written outside a stream.
+    "tasks_stream": Access({"events": RW}, stream="tasks", publish=True),
     # Repairs reservations, delivery intents and the outbox, then sets the traffic flag in meta.
     "reconcile_before_traffic": Access({"sessions": RW, "tasks": RW, "history": RW, "events": RW,
                                         "idempotency": R, "meta": RW}, publish=True),

@@ -70,9 +70,13 @@ def reconciler_failing_alarm(logical: str, name: str) -> Resource:
                   "AWS/Lambda", "Errors", _function(logical), statistic="Sum", threshold=1, periods=3)
 
 
+def queue_alarm(description: str, queue: str) -> Resource:
+    """Anything waiting in the dead-letter queue `queue` (a logical id)."""
+    return _alarm(description, "AWS/SQS", "ApproximateNumberOfMessagesVisible",
+                  [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}],
+                  statistic="Maximum", threshold=1, period=300)
+
+
 def dlq_alarm() -> Resource:
     """A stream batch exhausted its retries: a projection or a client event is missing until replayed."""
-    return _alarm("stream batches exhausted their retries (see the stream failure queue)", "AWS/SQS",
-                  "ApproximateNumberOfMessagesVisible",
-                  [{"Name": "QueueName", "Value": {"Fn::GetAtt": [STREAM_DLQ, "QueueName"]}}],
-                  statistic="Maximum", threshold=1, period=300)
+    return queue_alarm("stream batches exhausted their retries (see the stream failure queue)", STREAM_DLQ)

@@ -21,7 +21,7 @@ from .template import build
 from .vendor import VendorError, vendor
 
 ROOT = Path(__file__).resolve().parents[1]
-DEPLOYED = ("app.py", "chalicelib")  # what Chalice ships besides vendor/ (STYLE: nothing else)
+DEPLOYED = ("app.py", "chalicelib")  # what Chalice ships besides vendor/
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".ruff_cache")
 
 

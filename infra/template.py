@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import observability as obs
+from .bus import EVENT_BUS, bus_outputs, bus_resources
 from .gate import GATE, gate_resources
 from .gateway import gateway_responses
 from .iam import access_for, lambda_role, policy_statements
@@ -18,7 +19,6 @@ from .tables import logical_id, table_resources
 
 Template = dict[str, Any]
 SAM_FUNCTION = "AWS::Serverless::Function"
-EVENT_BUS = "EventBus"
 REST_API = "RestAPI"
 CHALICE_ROLE = "DefaultRole"
 PLACEHOLDER = re.compile(r"^arn:aws:dynamodb:[^:]+:0{12}:table/(?P<table>[^/]+)/stream/placeholder$")
@@ -115,7 +115,7 @@ def _parameters() -> dict[str, Any]:
 
 def _shared(app_name: str, stage: str) -> dict[str, Any]:
     return {
-        EVENT_BUS: {"Type": "AWS::Events::EventBus", "Properties": {"Name": f"{app_name}-{stage}-events"}},
+        **bus_resources(app_name, stage),
         obs.STREAM_DLQ: obs.stream_dlq(f"{app_name}-{stage}-stream-failures"),
         obs.ALARM_TOPIC: obs.alarm_topic(),
         "StreamFailureQueueAlarm": obs.dlq_alarm(),
@@ -181,7 +181,7 @@ def _outputs(reconciler: Function, deployment_id: str) -> dict[str, Any]:
                          "Value": deployment_id},
         "ReconcilerFunctionName": {"Description": "Invoke to re-run reconciliation before traffic by hand",
                                    "Value": {"Ref": reconciler.logical}},
-        "EventBusName": {"Value": {"Ref": EVENT_BUS}},
+        **bus_outputs(),
         "AlarmTopicArn": {"Description": "Subscribe on-call to this topic", "Value": {"Ref": obs.ALARM_TOPIC}},
         "StreamFailureQueueUrl": {"Description": "Stream batches that exhausted their retries",
                                   "Value": {"Ref": obs.STREAM_DLQ}},

@@ -1,4 +1,4 @@
-"""The reconciler: one function, two triggers (ARCHITECTURE §5).
+"""The reconciler: one function, two triggers.
 
 Before traffic it repairs every item that carries outstanding work and then sets the traffic flag; any
 failure fails the run, traffic stays off, and the markers stay for the next run. Scheduled, it touches only

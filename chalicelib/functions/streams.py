@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from ..domain.clarify import visible_rows
 from ..domain.model import Bundle, Session, Turn, TurnRecord
-from ..domain.public import clarification_view, message_view, session_view
+from ..domain.public import clarification_view, message_view, session_view, task_view
 from ..domain.rules import pending_action, published_turn
 from ..services.deps import Deps, iso
-from ..services.events import emit, emit_for
+from ..services.events import emit, emit_event, emit_for, turn_completed, turn_started
 from ..services.history import bundle_message, prompt_message
-from ..services.projection import refresh_task_summary
+from ..services.outbox import Outbox
+from ..services.projection import publish_summary, refresh_task_summary
+from ..services.publication import flush
 from ..store import codec
 
 log = logging.getLogger(__name__)
@@ -30,20 +33,36 @@ def _image(record: Record, name: str) -> dict[str, Any] | None:
     return codec.from_attrs(image) if image else None
 
 
-def process_batch(records: Iterable[Record], handle: Callable[[Record], None]) -> dict[str, Any]:
-    """Handle records in order; on the first failure report it and every later record for retry.
+def process_batch(deps: Deps, records: Iterable[Record], handle: Callable[[Deps, Record], None]) -> dict[str, Any]:
+    """Handle records in order, then publish their events together (bus, then feed).
 
-    This is Lambda's partial-batch-failure contract (ReportBatchItemFailures), which keeps per-item order.
+    The first record that fails, or whose events the bus did not accept, is reported with every later one
+    (Lambda's ReportBatchItemFailures, which keeps per-item order), so it is retried and nothing is dropped.
+    Later records already handled are retried too; their events are in the feed by then, so a retry puts
+    nothing on the bus again.
     """
     records = list(records)
+    outbox = Outbox()
+    batch = replace(deps, outbox=outbox)
+    failed = len(records)
     for index, record in enumerate(records):
+        outbox.record = index
         try:
-            handle(record)
+            handle(batch, record)
         except Exception:
-            log.exception("stream record %s failed", record.get("dynamodb", {}).get("SequenceNumber"))
-            return {"batchItemFailures": [{"itemIdentifier": r["dynamodb"]["SequenceNumber"]}
-                                          for r in records[index:]]}
-    return {"batchItemFailures": []}
+            log.exception("stream record %s failed", _sequence(record))
+            failed = index
+            break
+    outbox.discard_from(failed)
+    unpublished = flush(deps, outbox)
+    if unpublished is not None and unpublished < failed:
+        log.error("stream record %s: its events were not published; retrying from it", _sequence(records[unpublished]))
+        failed = unpublished
+    return {"batchItemFailures": [{"itemIdentifier": _sequence(r)} for r in records[failed:]]}
+
+
+def _sequence(record: Record) -> str:
+    return str(record.get("dynamodb", {}).get("SequenceNumber"))
 
 
 # ------------------------------------------------------------------ sessions table
@@ -73,12 +92,10 @@ def _turns(deps: Deps, old: Session | None, new: Session) -> None:
                                    new.workspace_id, new.task_id)
     if started and before is not None and before.open:
         _abandon(deps, new, before, turn.started_at)
-    payload = {"turn_id": turn.id, "seq": turn.seq, "started_at": turn.started_at}
     if started:
-        emit_for(deps, new, f"turn.started:{turn.id}", "turn.started", turn.started_at, payload)
+        emit_event(deps, turn_started(new, turn))
     if completed and turn.completed_at:
-        emit_for(deps, new, f"turn.completed:{turn.id}", "turn.completed", turn.completed_at,
-                 {**payload, "completed_at": turn.completed_at})
+        emit_event(deps, turn_completed(new, turn, turn.completed_at))
 
 
 def _abandon(deps: Deps, session: Session, turn: Turn, at: str) -> None:
@@ -86,9 +103,7 @@ def _abandon(deps: Deps, session: Session, turn: Turn, at: str) -> None:
     deps.store.put_turn_record(TurnRecord(id=turn.id, session_id=session.id, seq=turn.seq,
                                           started_at=turn.started_at, completed_at=at),
                                session.workspace_id, session.task_id)
-    emit_for(deps, session, f"turn.completed:{turn.id}", "turn.completed", at,
-             {"turn_id": turn.id, "seq": turn.seq, "started_at": turn.started_at, "completed_at": at,
-              "abandoned": True})
+    emit_event(deps, turn_completed(session, turn, at, abandoned=True))
 
 
 def _prompt_message(deps: Deps, old: Session | None, new: Session) -> None:
@@ -168,3 +183,18 @@ def _record_time(record: Record, deps: Deps) -> str:
     if isinstance(created, (int, float)):
         return iso(datetime.fromtimestamp(created, tz=UTC))
     return deps.now()
+
+
+# ------------------------------------------------------------------ tasks table
+def on_task_record(deps: Deps, record: Record) -> None:
+    """A new task is announced; a new summary revision is published again, with the id its refresh used, so
+    a refresh outside a stream (a task-list read) whose publication failed is still published."""
+    new_item, old_item = _image(record, "NewImage"), _image(record, "OldImage")
+    if new_item is None:
+        return
+    task = codec.task_from_item(new_item)
+    if old_item is None:
+        emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None,
+             event_id=f"task.created:{task.id}", kind="task.created", at=task.created_at, payload=task_view(task))
+    elif task.summary.revision > codec.task_from_item(old_item).summary.revision:
+        publish_summary(deps, task)

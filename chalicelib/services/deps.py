@@ -6,8 +6,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..agentctl.client import Agentctl
+from ..bus.protocol import Bus
 from ..domain.time import iso, parse_iso
+from ..store.feed_index import FeedIndex
 from ..store.protocol import Store
+from .outbox import Outbox
 
 __all__ = ["Deps", "Settings", "iso", "parse_iso"]
 
@@ -27,6 +30,8 @@ class Settings:
     poll_interval: float = 0.1
     idempotency_ttl: timedelta = timedelta(days=1)
     queue_cap: int = 10
+    bus_attempts: int = 3  # tries per bus entry within one publication before it is reported as failed
+    bus_backoff: float = 0.2  # seconds before the second try, doubling after
 
 
 @dataclass
@@ -38,6 +43,12 @@ class Deps:
     agent_token: Callable[[str, str], str]  # (workspace_id, session_id) -> bearer token for the agent
     settings: Settings = field(default_factory=Settings)
     sleep: Callable[[float], None] = lambda s: None
+    # The event bus and what the feed already holds (= what the bus accepted). No bus: events reach the
+    # client feed only (bootstrap makes that an explicit choice: CLARIFY_EVENT_BUS=none).
+    bus: Bus | None = None
+    feed_index: FeedIndex | None = None
+    # Set for one stream batch (functions.streams.process_batch): events wait there to be published together.
+    outbox: Outbox | None = None
 
     def now(self) -> str:
         return iso(self.clock())

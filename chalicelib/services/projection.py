@@ -39,17 +39,18 @@ def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
         action, primary = task_summary(sessions)
         if (action, primary) == (current.summary.pending_action, current.summary.primary_session_id):
             if republish and current.summary.revision:
-                _publish(deps, current)
+                publish_summary(deps, current)
             return current
         new = deps.store.set_task_summary(task_id, pending_action=action, primary_session_id=primary,
                                           expected_revision=current.summary.revision, at=deps.now())
-        _publish(deps, new)
+        publish_summary(deps, new)
         return new
     # someone else moved the revision: recompute from a fresh read
     return on_conflict(attempt, task, lambda exc: None, f"the summary of task {task_id}")
 
 
-def _publish(deps: Deps, task: Task) -> None:
+def publish_summary(deps: Deps, task: Task) -> None:
+    """The event of the task's current summary revision (its id and time are the revision's, so stable)."""
     emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None,
          event_id=f"task.status_summary.updated:{task.id}:{task.summary.revision}",
          kind="task.status_summary.updated", at=task.summary.updated_at or task.created_at,

@@ -4,10 +4,8 @@ from __future__ import annotations
 from ..auth.tokens import Caller
 from ..domain.commands import CreateTask
 from ..domain.model import Task
-from ..domain.public import task_view
 from .access import task_for_user
 from .deps import Deps
-from .events import emit
 from .projection import refresh_task_summary
 
 
@@ -15,9 +13,7 @@ def create_task(deps: Deps, caller: Caller, command: CreateTask) -> Task:
     caller.require_user()
     task = Task(id=deps.new_id(), workspace_id=caller.workspace_id, title=command.title,
                 workflow_step=command.workflow_step, created_at=deps.now())
-    deps.store.put_task(task)
-    emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None, event_id=f"task.created:{task.id}",
-         kind="task.created", at=task.created_at, payload=task_view(task))
+    deps.store.put_task(task)  # task.created is published by the tasks stream function, so it cannot be lost
     return task
 
 

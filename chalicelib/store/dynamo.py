@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .. import aws
 from ..domain.errors import AlreadyRemembered, ConditionFailed
 from ..domain.model import Session, Task
 from . import codec
@@ -30,8 +30,8 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
             return self._client_override
         if self._client_cache is None:
             meta: Any = SessionRecord.Meta
-            self._client_cache = boto3.client("dynamodb", region_name=getattr(meta, "region", None),
-                                              endpoint_url=getattr(meta, "host", None))
+            self._client_cache = aws.client("dynamodb", region_name=getattr(meta, "region", None),
+                                            endpoint_url=getattr(meta, "host", None))
         return self._client_cache
 
     @property

@@ -35,6 +35,7 @@ class TaskRecord(Model):
     class Meta:
         table_name = "tasks"
         billing_mode = ON_DEMAND
+        stream_view_type = STREAM  # task.created and summary revisions are published from it
 
     task_id = UnicodeAttribute(hash_key=True)
     workspace_id = UnicodeAttribute()
@@ -72,7 +73,7 @@ class ReconcilerWork(GlobalSecondaryIndex["SessionRecord"]):
 
 
 class SessionRecord(Model):
-    """The session aggregate (ARCHITECTURE §3): state, turn pointer, bundles, prompt dispatch."""
+    """The session aggregate: state, turn pointer, bundles, prompt dispatch."""
 
     class Meta:
         table_name = "sessions"

@@ -60,7 +60,7 @@ def all_specs() -> dict[str, dict[str, Any]]:
 
 def create_tables(client: Any) -> list[str]:
     """Create every missing table (idempotent). Returns the names it created."""
-    existing = set(client.list_tables().get("TableNames", []))
+    existing = {name for page in client.get_paginator("list_tables").paginate() for name in page["TableNames"]}
     created = []
     for spec in all_specs().values():
         spec = dict(spec)

@@ -14,6 +14,7 @@ import boto3
 import requests
 
 from scripts.local import run
+from scripts.local.bus import ensure_bus
 
 from .journal import Fault, Journal
 
@@ -46,6 +47,7 @@ class LoadStack:
         os.environ.update(self.env)  # this process reads the same tables (settling, the verdict)
         run.ensure_emulator(self.sup, self.endpoint)
         run.create_tables_at(self.endpoint)
+        ensure_bus(self.env["CLARIFY_EVENT_BUS"], self.endpoint)
         self._agent()
         run.spawn_worker(self.sup, self.schedule_interval)
         return self._api()

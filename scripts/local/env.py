@@ -16,8 +16,9 @@ def local_env(**overrides: str) -> dict[str, str]:
 
 
 def apply(env: dict[str, str]) -> None:
-    """Set the variables in this process; AWS_ENDPOINT_URL from the caller's environment wins."""
+    """Set the variables in this process; an emulator the caller named (AWS_ENDPOINT_URL, or LOCALSTACK_HOST
+    as localstack-client reads it) wins over the configured one."""
     for key, value in env.items():
-        if key == "AWS_ENDPOINT_URL" and os.environ.get(key):
+        if key == "AWS_ENDPOINT_URL" and (os.environ.get(key) or os.environ.get("LOCALSTACK_HOST")):
             continue
         os.environ[key] = value

@@ -1,7 +1,8 @@
 """`make run`: Clarify on this machine. Starts and supervises the emulator (unless one already answers),
-creates the tables from the models, starts the simulated agent, the API, the stream pump and the
-scheduler, runs the reconciler (the API answers 503 not_ready until it succeeds), then prints the URL and
-a user token. Ctrl-C stops every child process.
+creates the tables from the models and the event bus (with a rule to the queue `scripts/bus-tail` prints),
+starts the simulated agent, the API, the stream pump and the scheduler, runs the reconciler (the API
+answers 503 not_ready until it succeeds), then prints the URL and a user token. Ctrl-C stops every child
+process.
 
 The pieces (environment, supervisor, one function per process, the before-traffic reconciler) are also
 what `scripts/load` uses to start the same stack and to restart its processes after a kill -9."""
@@ -18,19 +19,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import boto3
 import requests
 from botocore.config import Config
 
+from chalicelib import aws
+
+from .bus import ensure_bus
 from .env import ROOT, local_env
 
 PY = sys.executable
+DEFAULT_ENDPOINT = "http://127.0.0.1:4566"  # the LocalStack edge port
 
 
 def emulator_answers(endpoint: str) -> bool:
-    client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
-                          aws_secret_access_key="test",
-                          config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
+    client = aws.client("dynamodb", endpoint_url=endpoint,
+                        config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
     try:
         client.list_tables()
         return True
@@ -119,7 +122,7 @@ def create_tables_at(endpoint: str) -> int:
     from chalicelib import bootstrap
     from chalicelib.store.tables import create_tables
     bootstrap.configure_tables()
-    return len(create_tables(boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")))
+    return len(create_tables(aws.client("dynamodb", endpoint_url=endpoint)))
 
 
 def spawn_agent(sup: Supervisor, api_url: str, agent_port: int, *extra: str) -> None:
@@ -166,7 +169,7 @@ def main() -> int:
     parser.add_argument("--workspace", default=os.environ.get("CLARIFY_WORKSPACE", "ws-local"))
     args = parser.parse_args()
 
-    endpoint = os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:4566"
+    endpoint = aws.emulator_endpoint() or DEFAULT_ENDPOINT
     api_url = f"http://127.0.0.1:{args.api_port}"
     env = stack_env(endpoint, args.agent_port)
     os.environ.update(env)
@@ -183,6 +186,8 @@ def main() -> int:
         if not ensure_emulator(sup, endpoint):
             print(f"using the emulator already answering at {endpoint}", flush=True)
         print(f"tables: {create_tables_at(endpoint)} created", flush=True)
+        bus = ensure_bus(env["CLARIFY_EVENT_BUS"], endpoint)
+        print(f"event bus: {bus.name} (watch its events: scripts/bus-tail)", flush=True)
         spawn_agent(sup, api_url, args.agent_port)
         spawn_worker(sup, args.schedule_interval)
         report = start_api(sup, args.api_port, env)

@@ -523,6 +523,7 @@ class SimAgent:
         self.retry_for = retry_for
         self._cond = threading.Condition()
         self._runs: dict[str, list[ScriptRun]] = {}
+        self._launching = 0  # prompts accepted whose script starts once the acceptance is on the wire
         self._last_prompt: dict[str, Prompt] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -565,7 +566,7 @@ class SimAgent:
     def wait_idle(self, timeout: float) -> bool:
         """True once no script is running (used by tests to wait on a condition, not a clock)."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._runs, timeout)
+            return self._cond.wait_for(lambda: not self._runs and not self._launching, timeout)
 
     # routes
 
@@ -595,13 +596,14 @@ class SimAgent:
             return Reply(409, {"accepted": False})
         with self._cond:
             self._last_prompt[prompt.session_id] = prompt
-        if directives.hang:
-            return Reply(202, {"accepted": True})
+            if directives.hang:
+                return Reply(202, {"accepted": True})
+            self._launching += 1
         return Reply(202, {"accepted": True}, after=lambda: self._launch(prompt, directives))
 
     def running(self) -> int:
         with self._cond:
-            return sum(len(runs) for runs in self._runs.values())
+            return sum(len(runs) for runs in self._runs.values()) + self._launching
 
     def _on_steer(self, body: JsonBody) -> Reply:
         """A message injected into the running turn: taken (and recorded) only while a script runs."""
@@ -632,6 +634,8 @@ class SimAgent:
         run = ScriptRun(prompt, directives, backend, self.log, self._finished)
         with self._cond:
             self._runs.setdefault(prompt.session_id, []).append(run)
+            self._launching -= 1
+            self._cond.notify_all()
         run.start()
 
     def _finished(self, run: ScriptRun) -> None:
@@ -699,9 +703,11 @@ def _handler_for(agent: SimAgent) -> type[BaseHTTPRequestHandler]:
             except Exception as exc:  # keep serving whatever a handler does
                 agent.log.add("error", status=500, body=repr(exc))
                 reply = Reply(500, {"error": {"code": "internal", "message": repr(exc)}})
-            self._send(reply)
-            if reply.after is not None:
-                reply.after()
+            try:
+                self._send(reply)
+            finally:  # the backend may have it even if the answer did not arrive: play it anyway
+                if reply.after is not None:
+                    reply.after()
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _dispatch
 

@@ -5,14 +5,13 @@ import os
 import uuid
 from typing import Any
 
-import boto3
-
-from chalicelib import bootstrap
+from chalicelib import aws, bootstrap
 from chalicelib.auth.tokens import mint
 from chalicelib.services import readiness
 from chalicelib.store.tables import create_tables
 
 from .api_server import ApiThread
+from .bus import LocalBus, ensure_bus
 from .emulator import EmulatorThread
 from .env import apply, local_env
 from .pump import StreamPump, Target
@@ -20,20 +19,19 @@ from .scheduler import Scheduler
 
 
 def aws_clients(endpoint: str) -> tuple[Any, Any]:
-    kw = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
-              aws_secret_access_key="test")
-    return boto3.client("dynamodb", **kw), boto3.client("dynamodbstreams", **kw)
+    return aws.client("dynamodb", endpoint_url=endpoint), aws.client("dynamodbstreams", endpoint_url=endpoint)
 
 
 def make_pump(endpoint: str) -> StreamPump:
     import app as application
-    from chalicelib.store.models import HistoryRecord, SessionRecord
+    from chalicelib.store.models import HistoryRecord, SessionRecord, TaskRecord
     dynamodb, streams = aws_clients(endpoint)
     store = bootstrap.deps().store
     return StreamPump(
         dynamodb, streams,
         [Target(str(SessionRecord.Meta.table_name), application.sessions_stream),
-         Target(str(HistoryRecord.Meta.table_name), application.history_stream)],
+         Target(str(HistoryRecord.Meta.table_name), application.history_stream),
+         Target(str(TaskRecord.Meta.table_name), application.tasks_stream)],
         get_checkpoint=store.get_meta,
         set_checkpoint=lambda key, seq: store.set_meta(key, seq, "pump"))
 
@@ -52,6 +50,7 @@ class LocalStack:
         self.emulator: EmulatorThread | None = None
         self.api: ApiThread | None = None
         self.pump: StreamPump | None = None
+        self.bus: LocalBus | None = None
 
     def start(self, *, reconcile: bool = True, endpoint: str | None = None) -> LocalStack:
         if endpoint is None:
@@ -59,13 +58,14 @@ class LocalStack:
             endpoint = self.emulator.url
         self.endpoint = endpoint
         env = local_env(CLARIFY_TABLE_PREFIX=self.prefix, CLARIFY_AGENTCTL_URL=self.agentctl_url,
-                        CLARIFY_DEPLOYMENT_ID=f"test-{uuid.uuid4().hex[:8]}")
+                        CLARIFY_DEPLOYMENT_ID=f"test-{uuid.uuid4().hex[:8]}", CLARIFY_EVENT_BUS=f"{self.prefix}events")
         env["AWS_ENDPOINT_URL"] = endpoint
         os.environ.update(env)
         bootstrap.override(None)
         readiness.forget()
         bootstrap.configure_tables()
         create_tables(aws_clients(endpoint)[0])
+        self.bus = ensure_bus(env["CLARIFY_EVENT_BUS"], endpoint)
         import app as application
         self.app = application
         self.api = ApiThread(application.app).start()

@@ -1,4 +1,4 @@
-"""End to end over HTTP with the simulated agent playing its scripts (issue 4).
+"""End to end over HTTP with the simulated agent playing its scripts.
 
 `[ask:N]` makes the agent ask N questions and long-poll for the answer, confirm it and report it;
 `[wait:S]` gives up after S seconds and detaches. The tests only talk to the API like a client would, and

@@ -32,7 +32,7 @@ QUESTIONS = {"questions": [{"question_id": "q1", "prompt": "Which database?",
                             "options": [{"option_id": "a", "label": "Postgres"},
                                         {"option_id": "b", "label": "SQLite"}]}]}
 
-# Bodies that pass validation, so a refusal can only come from authentication or scope (API.md shapes).
+# Bodies that pass validation, so a refusal can only come from authentication or scope (the contract's shapes).
 VALID_BODIES: dict[tuple[str, str], Any] = {
     ("POST", V1 + "/tasks"): {"title": "probe"},
     ("POST", V1 + "/tasks/{task_id}/sessions"): {},

@@ -1,12 +1,12 @@
-"""The active clarification lifecycle over real HTTP against the serialised emulator (issue 3, items 1-9).
+"""The active clarification lifecycle over real HTTP against the serialised emulator.
 
 One stack serves the module; every test works in a workspace of its own. The user side uses a user token
 for that workspace; the agent side is driven by hand with the session's agent token (the simulated agent
 only receives prompts tagged `[hang]`, which keep the turn open without any frames). Stream functions run
 only when a test drains the pump, so every event count below is exact.
 
-Expectations come from spec/clarification-lifecycle.md, ARCHITECTURE.md §3-§6 and API.md; scenario tags
-(O1, D2, E1, G2, P1 ...) refer to reference/kandev-scenarios.md.
+Expectations come from the requirements and the HTTP contract; scenario tags (O1, D2, E1, G2, P1 ...)
+name failure scenarios from the requirements.
 """
 from __future__ import annotations
 

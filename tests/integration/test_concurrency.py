@@ -3,7 +3,7 @@
 Each race runs many rounds on fresh sessions. Whatever order the racers land in, the final aggregate must
 obey the repository rule, each writer must report exactly what it wrote, and after the stream functions
 ran, the client events must match the writes (one message.updated per change of a bundle, none for a
-write that did not happen). Scenario tags refer to reference/kandev-scenarios.md.
+write that did not happen). Scenario tags name failure scenarios from the requirements.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Ordinary messages and late answers over real HTTP against the serialised emulator (issue 6).
+"""Ordinary messages and late answers over real HTTP against the serialised emulator.
 
 Every prompt the simulated agent receives here carries `[hang]`, so it accepts and stays silent; the tests
 play the agent's side (turn completion, questions) by hand with the session's agent token. Stream functions
 run only when a test drains the pump; the scheduled reconciler runs only when a test calls it.
-Scenario tags (F10 ...) refer to reference/kandev-scenarios.md; AC-… to spec/clarification-lifecycle.md.
+Scenario tags (F10 ...) name failure scenarios; AC-… name acceptance criteria of the requirements.
 """
 from __future__ import annotations
 

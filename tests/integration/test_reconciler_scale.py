@@ -1,4 +1,4 @@
-"""The reconciler's cost grows with outstanding work, not with the number of sessions (ARCHITECTURE §5).
+"""The reconciler's cost grows with outstanding work, not with the number of sessions.
 
 10,000 idle aggregates are bulk-inserted next to 10 broken ones (a live answer claimed, its delivery intent
 never confirmed: the responder died). One before-traffic reconcile must find the broken ones through the
@@ -66,7 +66,8 @@ def local(emulator: EmulatorThread) -> Iterator[LocalStack]:
     finally:
         stack.stop()
         client = DynamoStore().client
-        for name in client.list_tables()["TableNames"]:  # 10,000 items: do not keep them in the shared emulator
+        names = [n for page in client.get_paginator("list_tables").paginate() for n in page["TableNames"]]
+        for name in names:  # 10,000 items: do not keep them in the shared emulator
             if name.startswith(stack.prefix):
                 client.delete_table(TableName=name)
 

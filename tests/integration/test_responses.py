@@ -1,11 +1,11 @@
-"""Answering clarifications over real HTTP against the serialised emulator (issue 4).
+"""Answering clarifications over real HTTP against the serialised emulator.
 
 The user side talks through the user routes; the agent side is driven by hand with the session's agent
 token (the simulated agent receives only prompts tagged `[hang]`, which it accepts and then leaves alone;
 answers carry `[hang]` in their text so the prompts that hand them over keep the agent quiet too).
 Stream functions run only when a test drains the pump, and the scheduled reconciler runs only when a test
 calls it (scoped to that test's sessions, with the clock moved past the deadlines), so every count is exact.
-Scenario tags (C1, C2, L1, L2, WD1 ...) refer to reference/kandev-scenarios.md.
+Scenario tags (C1, C2, L1, L2, WD1 ...) name failure scenarios from the requirements.
 """
 from __future__ import annotations
 

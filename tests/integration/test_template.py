@@ -16,18 +16,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from pynamodb.attributes import TTLAttribute, UnicodeAttribute
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
+from chalicelib import aws
 from chalicelib.domain.errors import ConditionFailed
 from chalicelib.domain.model import Dispatch, Event, Prompt, Session, State, Task, Turn
 from chalicelib.store import models
 from chalicelib.store.dynamo import DynamoStore
 from chalicelib.store.models import ALL_MODELS, BASE_NAMES, SessionRecord
 from infra import gate_handler
+from infra.bus import QUESTION_PENDING
 from scripts.local.emulator import EmulatorThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +68,8 @@ def test_package__offline__zip_holds_app_and_pure_python_deps(packaged: Path, tm
     assert "app.py" in names and "chalicelib/store/models.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".so"))]
     # Self-contained: the app imports with no site-packages at all (-S -I), as on a bare Lambda runtime.
-    probe = "import sys; sys.path.insert(0, '.'); import app, boto3, jwt, pynamodb; print(len(app.app.routes))"
+    probe = ("import sys; sys.path.insert(0, '.'); import app, boto3, jwt, pynamodb, localstack_client.config; "
+             "print(len(app.app.routes))")
     result = subprocess.run([sys.executable, "-S", "-I", "-c", probe], cwd=tmp_path, capture_output=True,
                             text=True, env={"PATH": os.environ.get("PATH", "")}, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -194,7 +196,8 @@ def test_streams__real_table_streams_with_bounded_retries_and_dlq(template: dict
               for e in fn["Properties"].get("Events", {}).values() if e["Type"] == "DynamoDB"}
     assert {k: v["Stream"] for k, v in events.items()} == {
         "SessionsStream": {"Fn::GetAtt": ["SessionsTable", "StreamArn"]},
-        "HistoryStream": {"Fn::GetAtt": ["HistoryTable", "StreamArn"]}}
+        "HistoryStream": {"Fn::GetAtt": ["HistoryTable", "StreamArn"]},
+        "TasksStream": {"Fn::GetAtt": ["TasksTable", "StreamArn"]}}
     for props in events.values():
         assert 0 < props["MaximumRetryAttempts"] <= 10 and props["BisectBatchOnFunctionError"] is True
         assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
@@ -248,9 +251,41 @@ def test_alarms__iterator_age_errors_and_reconciler_failing(template: dict[str, 
         for dim in props["Dimensions"]:
             if dim["Name"] == "FunctionName":
                 by_metric.setdefault(props["MetricName"], set()).add(dim["Value"]["Ref"])
-    assert by_metric["IteratorAge"] == {"SessionsStream", "HistoryStream"}
+    assert by_metric["IteratorAge"] == {"SessionsStream", "HistoryStream", "TasksStream"}
     assert by_metric["Errors"] == set(_functions(template))
     assert "ReconcileScheduledFailingAlarm" in alarms
+
+
+def test_bus__publishers_may_put_events_on_the_bus_they_are_told(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    for logical, fn in _functions(template).items():
+        assert fn["Properties"]["Environment"]["Variables"]["CLARIFY_EVENT_BUS"] == {"Ref": "EventBus"}
+        statements = res[f"{logical}Role"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        puts = [s["Resource"] for s in statements if "events:PutEvents" in s["Action"]]
+        # Everything that emits events publishes them; only the authorizer does not.
+        assert puts == ([] if logical == "Bearer" else [{"Fn::GetAtt": ["EventBus", "Arn"]}]), logical
+        if puts:  # the feed is read before the bus is put to, so a redelivery puts nothing again
+            reads = [a for s in statements for a in s["Action"] if a == "dynamodb:BatchGetItem"
+                     and {"Fn::GetAtt": ["EventsTable", "Arn"]} in s["Resource"]]
+            assert reads, logical
+
+
+def test_bus__archive_and_pending_question_rule_to_an_encrypted_topic(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    assert res["EventBus"]["Properties"]["Name"] == "clarify-prod-events"
+    archive = res["EventArchive"]["Properties"]
+    assert archive["SourceArn"] == {"Fn::GetAtt": ["EventBus", "Arn"]} and archive["RetentionDays"] > 0
+    rule = res["QuestionPendingRule"]["Properties"]
+    assert rule["EventBusName"] == {"Ref": "EventBus"} and rule["EventPattern"] == QUESTION_PENDING
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Ref": "QuestionTopic"}
+    assert target["DeadLetterConfig"]["Arn"] == {"Fn::GetAtt": ["QuestionDeliveryFailureQueue", "Arn"]}
+    topic = res["QuestionTopic"]["Properties"]
+    assert topic["KmsMasterKeyId"] == {"Ref": "QuestionTopicKey"}  # not the AWS-managed key EventBridge cannot use
+    (allow,) = res["QuestionTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sns:Publish"
+    assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["QuestionPendingRule", "Arn"]}}}
+    assert {"EventBusName", "EventArchiveArn", "QuestionRuleName", "QuestionTopicArn"} <= set(template["Outputs"])
 
 
 # ------------------------------------------------------------------ the deploy gate's handler
@@ -320,8 +355,7 @@ def test_gate_handler__rollback_or_delete__no_reconcile(monkeypatch: pytest.Monk
 
 # ------------------------------------------------------------------ the template's tables on the emulator
 def _aws(emulator: EmulatorThread, service: str) -> Any:
-    return boto3.client(service, endpoint_url=emulator.url, region_name="us-east-1",
-                        aws_access_key_id="test", aws_secret_access_key="test")
+    return aws.client(service, endpoint_url=emulator.url)
 
 
 def _description_normal(desc: dict[str, Any]) -> Normal:

@@ -28,7 +28,7 @@ from tests.integration.test_auth import (
 )
 from tests.support.flow import ApiClient
 
-# POST routes that read no body (API.md): everything else that is POSTed must be a JSON object.
+# POST routes that read no body (per the contract): everything else that is POSTed must be a JSON object.
 BODYLESS = {V1 + "/sessions/{session_id}/cancel", V1 + "/clarifications/{clarification_id}/dismiss",
             V1 + "/agent/clarifications/{clarification_id}/detach",
             V1 + "/agent/clarifications/{clarification_id}/cancel"}

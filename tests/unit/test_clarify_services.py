@@ -1,8 +1,8 @@
 """Clarification services over the in-memory store: pause, detach, supersede, terminal expiry, isolation.
 
 Sessions and rows are constructed directly (as an old writer or another store could have left them) and
-written into a MemoryStore; a fake agentctl records cancels. Expectations follow issue 3 and the spec
-(spec/clarification-lifecycle.md, ARCHITECTURE.md §3-§4); scenario tags refer to kandev-scenarios.md.
+written into a MemoryStore; a fake agentctl records cancels. Expectations follow the requirements;
+scenario tags name failure scenarios from them.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The crash-point harness (issue 5 item 4).
+"""The crash-point harness.
 
 Every durable write of an operation is one Store call (chalicelib.store.protocol). For each operation below
 a dry run counts its writes; then, for every write k and phase (right before / right after it), a fresh
@@ -786,7 +786,7 @@ def s_stream(w: World) -> Ctx:
 def op_stream(w: World, deps: Deps, ctx: Ctx) -> None:
     end = len(w.store.changes)
     records = w.store.records(w.pumped)
-    result = streams.process_batch(records, lambda r: streams.on_session_record(deps, r))
+    result = streams.process_batch(deps, records, streams.on_session_record)
     assert result == {"batchItemFailures": []}
     w.pumped = end
 

@@ -1,6 +1,6 @@
 """The repository rule and the state machine (chalicelib/domain/rules.py), as pure functions.
 
-Expectations here are written from the spec (ARCHITECTURE §3, spec/clarification-lifecycle.md), not from
+Expectations here are written from the requirements, not from
 the implementation: a bundle is active iff it has a pending row, its turn is the session's current turn and
 the session is not terminal; absent/empty row statuses read as pending, unknown ones never do.
 """

@@ -1,4 +1,4 @@
-"""A predecessor's delayed `ready` frame overlapping a detached answer's reservation (issue 5 item 2, R6).
+"""A predecessor's delayed `ready` frame overlapping a detached answer's reservation.
 
 It waits for the reservation to resolve, then revalidates the prompt generation: it never completes the
 reserved successor; after a rollback the predecessor's generation completes normally (the predecessor is not

@@ -1,8 +1,8 @@
-"""Answering a clarification at the service layer (issue 4) over the in-memory store.
+"""Answering a clarification at the service layer over the in-memory store.
 
 The agent runtime is a scripted fake, the clock is fixed and moves only when a test (or an injected
 `sleep`) moves it, and everything the responder does while it "waits" runs from that injected sleep, so
-each interleaving below is exact. Scenario tags (C1, C5, L2, R3 ...) refer to reference/kandev-scenarios.md.
+each interleaving below is exact. Scenario tags (C1, C5, L2, R3 ...) name failure scenarios from the requirements.
 """
 from __future__ import annotations
 

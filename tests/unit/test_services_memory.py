@@ -77,7 +77,7 @@ def _frame(kind: str, session: Session, **extra: Any) -> dict[str, Any]:
 def test_create_task__valid_title__stored_in_callers_workspace(w: W) -> None:
     task = tasks.create_task(w.deps, USER, commands.create_task({"title": "  Refactor  "}))
     assert (task.title, task.workspace_id, task.workflow_step) == ("Refactor", "ws-1", "todo")
-    assert w.store.get_task(task.id) == task and w.store.writes == 2  # the task and its task.created event
+    assert w.store.get_task(task.id) == task and w.store.writes == 1  # task.created comes from the tasks stream
 
 
 def test_create_task__agent_caller__not_found_and_nothing_written(w: W) -> None:
@@ -195,7 +195,7 @@ def test_send_message__ambiguous__dispatch_ambiguous_and_prompt_stays_attempted(
 
 
 def test_send_message__retry_with_same_client_message_id__not_dispatched_again(w: W) -> None:
-    """API.md: 200 on a retry with the same client_message_id (same body), never a second delivery."""
+    """The contract: 200 on a retry with the same client_message_id (same body), never a second delivery."""
     session = w.session()
     first = w.send(session.id, "hello", client_message_id="m1")
     w.frames(session.id, _frame("turn_completed", w.get(session.id)))

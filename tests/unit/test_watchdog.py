@@ -1,4 +1,4 @@
-"""The primary-answer watchdog at the service layer (issue 4; scenarios WD1, WD2).
+"""The primary-answer watchdog at the service layer (scenarios WD1, WD2).
 
 A confirmed live answer arms it in the confirmation write; message, thinking and tool frames disarm it,
 cancel_ack does not; once due, the scheduled reconciler silently cancels the silent agent and hands the
