@@ -84,7 +84,8 @@ def _answer(item: Any, where: str, questions: Mapping[str, Question]) -> Answer:
     order = [o.option_id for o in question.options]
     unknown = [o for o in selected if o not in order]
     if unknown:
-        raise ValidationError(f"{where}.selected_options", f"unknown option ids: {', '.join(unknown)}")
+        shown = ", ".join(o[:40] for o in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        raise ValidationError(f"{where}.selected_options", f"unknown option ids: {shown}")
     custom = _text(item, "custom_text", where)
     if not selected and not custom:
         raise ValidationError(where, f"{where} needs a selected option or custom_text")
