@@ -10,7 +10,7 @@ from chalicelib.api import static, views
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
 from chalicelib.auth.tokens import Caller, verify
-from chalicelib.bootstrap import auth_secret, deps
+from chalicelib.bootstrap import auth_secret, deps, token_max_lifetime
 from chalicelib.domain import validation as v
 from chalicelib.domain.errors import Unauthorized
 from chalicelib.functions import reconciler, streams
@@ -41,7 +41,7 @@ STREAM_PLACEHOLDER = "arn:aws:dynamodb:us-east-1:000000000000:table/{table}/stre
 def bearer(auth_request: Any) -> AuthResponse:
     """Verifies the JWT; a bad token is denied (the gateway answers 401 in our error envelope)."""
     try:
-        caller = verify(auth_request.token or "", auth_secret())
+        caller = verify(auth_request.token or "", auth_secret(), max_lifetime=token_max_lifetime())
     except Unauthorized:
         return AuthResponse(routes=[], principal_id="anonymous")
     return AuthResponse(routes=["*"], principal_id=caller.sub, context=caller.as_context())

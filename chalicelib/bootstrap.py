@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from .agentctl.client import HttpAgentctl
-from .auth.tokens import mint
+from .auth.tokens import DEFAULT_MAX_LIFETIME, mint
 from .services.deps import Deps, Settings
 from .store import models
 from .store.dynamo import DynamoStore
@@ -22,6 +22,11 @@ def auth_secret() -> str:
     if not secret:
         raise RuntimeError("CLARIFY_AUTH_SECRET is not set")
     return secret
+
+
+def token_max_lifetime() -> int:
+    """CLARIFY_TOKEN_MAX_LIFETIME: the longest token lifetime (exp - iat, and exp - now) accepted, in seconds."""
+    return int(os.environ.get("CLARIFY_TOKEN_MAX_LIFETIME", DEFAULT_MAX_LIFETIME))
 
 
 def configure_tables() -> None:
