@@ -23,6 +23,7 @@ from chalicelib.services import (
     readiness,
     responses,
     sessions,
+    stream_health,
     tasks,
     workflow,
 )
@@ -52,7 +53,12 @@ def bearer(auth_request: Any) -> AuthResponse:
 def health() -> Any:
     ready = readiness.is_ready(deps())
     if ready:
-        return json_response(200, {"status": "ok", "ready": True})
+        stream = stream_health.stream_status(deps())
+        if stream is None:
+            return json_response(200, {"status": "ok", "ready": True})
+        # Still serving: a lagging or stuck stream delays projections and events, not requests.
+        return json_response(200, {"status": "ok" if stream["healthy"] else "degraded", "ready": True,
+                                   "stream": stream})
     return json_response(503, {"status": "reconciling", "ready": False,
                                "error": {"code": "not_ready", "message": "reconciliation has not succeeded yet",
                                          "retryable": True}})

@@ -6,6 +6,7 @@ interleaved batch yields the same projections and no duplicate event.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -31,19 +32,27 @@ def _image(record: Record, name: str) -> dict[str, Any] | None:
 
 
 def process_batch(records: Iterable[Record], handle: Callable[[Record], None]) -> dict[str, Any]:
-    """Handle records in order; on the first failure report it and every later record for retry.
+    """Handle records in order; report every record that failed and every later record of the same item.
 
-    This is Lambda's partial-batch-failure contract (ReportBatchItemFailures), which keeps per-item order.
+    This is Lambda's partial-batch-failure contract (ReportBatchItemFailures): the retry starts at the
+    lowest reported record, so per-item order holds. Order matters only within an item, so one item's bad
+    record does not hold back the other items of the batch (their redelivery is harmless: handlers are
+    idempotent), and once the event source sets the bad record aside the shard moves on.
     """
-    records = list(records)
-    for index, record in enumerate(records):
-        try:
-            handle(record)
-        except Exception:
-            log.exception("stream record %s failed", record.get("dynamodb", {}).get("SequenceNumber"))
-            return {"batchItemFailures": [{"itemIdentifier": r["dynamodb"]["SequenceNumber"]}
-                                          for r in records[index:]]}
-    return {"batchItemFailures": []}
+    blocked: set[str] = set()
+    failed: list[str] = []
+    for record in records:
+        change = record.get("dynamodb", {})
+        item = json.dumps(change.get("Keys"), sort_keys=True, default=str)
+        if item not in blocked:
+            try:
+                handle(record)
+                continue
+            except Exception:
+                log.exception("stream record %s failed", change.get("SequenceNumber"))
+                blocked.add(item)
+        failed.append(change["SequenceNumber"])
+    return {"batchItemFailures": [{"itemIdentifier": seq} for seq in failed]}
 
 
 # ------------------------------------------------------------------ sessions table
