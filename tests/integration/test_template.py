@@ -226,6 +226,21 @@ def test_gateway__denial_401_unknown_route_404__error_envelope(template: dict[st
         assert envelope["error"]["code"] == code and envelope["error"]["retryable"] is False
 
 
+def test_gateway__wrong_method_on_a_known_route__405_in_the_envelope(template: dict[str, Any]) -> None:
+    """Each route's catch-all ANY method (declared methods take precedence) answers 405 from a mock."""
+    paths = template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]["paths"]
+    assert paths
+    for path, item in paths.items():
+        declared = {m for m in item if m in ("get", "post", "put", "patch", "delete")}
+        assert declared, path
+        integration = item["x-amazon-apigateway-any-method"]["x-amazon-apigateway-integration"]
+        assert integration["type"] == "mock" and "security" not in item["x-amazon-apigateway-any-method"]
+        response = integration["responses"]["default"]
+        envelope = json.loads(response["responseTemplates"]["application/json"])
+        assert response["statusCode"] == "405"
+        assert envelope["error"]["code"] == "method_not_allowed" and envelope["error"]["retryable"] is False
+
+
 def test_gate__reconciler_before_traffic__ordering_and_fresh_deployment_id(template: dict[str, Any]) -> None:
     res = template["Resources"]
     gate = res["ReconcileBeforeTrafficGate"]
