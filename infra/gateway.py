@@ -41,6 +41,8 @@ def gateway_responses() -> dict[str, Any]:
         "UNAUTHORIZED": unauthorized,
         # API Gateway's answer to an unknown path or method.
         "MISSING_AUTHENTICATION_TOKEN": _response(404, "not_found", "no such route"),
+        # Over API Gateway's own 10 MB (or Lambda's 6 MB payload): the app's 1 MiB cap never saw it.
+        "REQUEST_TOO_LARGE": _response(413, "payload_too_large", "the request body is over the size cap"),
         "THROTTLED": _response(None, "throttled", None, retryable=True),
         "INTEGRATION_TIMEOUT": _response(None, "timeout", None, retryable=True),
         "DEFAULT_4XX": _response(None, "bad_request", None),

@@ -88,4 +88,4 @@ class ClarificationActive(DomainError):
 
 
 class QueueFull(DomainError):
-    code, status, retryable = "queue_full", 409, True
+    code, status = "queue_full", 409  # not retryable: the same request fails until the agent's turn ends

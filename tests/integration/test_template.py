@@ -219,7 +219,8 @@ def test_gateway__denial_401_unknown_route_404__error_envelope(template: dict[st
     body = template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]
     responses = body["x-amazon-apigateway-gateway-responses"]
     expected = {"ACCESS_DENIED": ("401", "unauthorized"), "UNAUTHORIZED": ("401", "unauthorized"),
-                "MISSING_AUTHENTICATION_TOKEN": ("404", "not_found")}
+                "MISSING_AUTHENTICATION_TOKEN": ("404", "not_found"),
+                "REQUEST_TOO_LARGE": ("413", "payload_too_large")}
     for kind, (status, code) in expected.items():
         envelope = json.loads(responses[kind]["responseTemplates"]["application/json"])
         assert responses[kind]["statusCode"] == status
