@@ -67,6 +67,8 @@ class Api:
                 self._check_request(kwargs)
                 status, body = fn(d, self.caller(), *args, **kwargs)
                 return json_response(status, body)
+            except boundary.PayloadTooLarge as exc:
+                return json_response(413, envelope(exc.code, exc.message))
             except StoreUnavailable as exc:
                 return json_response(*store_failure(exc))
             except DomainError as exc:
