@@ -10,7 +10,7 @@ from chalicelib.api import static
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
 from chalicelib.auth.tokens import Caller, verify
-from chalicelib.bootstrap import auth_secret, deps
+from chalicelib.bootstrap import auth_secret, deps, token_max_lifetime
 from chalicelib.domain import commands
 from chalicelib.domain import public as views
 from chalicelib.domain import validation as v
@@ -26,6 +26,7 @@ from chalicelib.services import (
     readiness,
     responses,
     sessions,
+    stream_health,
     tasks,
     workflow,
 )
@@ -44,7 +45,7 @@ STREAM_PLACEHOLDER = "arn:aws:dynamodb:us-east-1:000000000000:table/{table}/stre
 def bearer(auth_request: Any) -> AuthResponse:
     """Verifies the JWT; a bad token is denied (the gateway answers 401 in our error envelope)."""
     try:
-        caller = verify(auth_request.token or "", auth_secret())
+        caller = verify(auth_request.token or "", auth_secret(), max_lifetime=token_max_lifetime())
     except Unauthorized:
         return AuthResponse(routes=[], principal_id="anonymous")
     return AuthResponse(routes=["*"], principal_id=caller.sub, context=caller.as_context())
@@ -55,7 +56,12 @@ def bearer(auth_request: Any) -> AuthResponse:
 def health() -> Any:
     ready = readiness.is_ready(deps())
     if ready:
-        return json_response(200, {"status": "ok", "ready": True})
+        stream = stream_health.stream_status(deps())
+        if stream is None:
+            return json_response(200, {"status": "ok", "ready": True})
+        # Still serving: a lagging or stuck stream delays projections and events, not requests.
+        return json_response(200, {"status": "ok" if stream["healthy"] else "degraded", "ready": True,
+                                   "stream": stream})
     return json_response(503, {"status": "reconciling", "ready": False,
                                "error": {"code": "not_ready", "message": "reconciliation has not succeeded yet",
                                          "retryable": True}})

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from . import aws
 from .agentctl.client import HttpAgentctl
-from .auth.tokens import mint
+from .auth.tokens import DEFAULT_MAX_LIFETIME, mint
 from .bus.eventbridge import EventBridgeBus
 from .bus.protocol import Bus
 from .services.deps import Deps, Settings
@@ -29,6 +29,11 @@ def auth_secret() -> str:
     if not secret:
         raise RuntimeError("CLARIFY_AUTH_SECRET is not set")
     return secret
+
+
+def token_max_lifetime() -> int:
+    """CLARIFY_TOKEN_MAX_LIFETIME: the longest token lifetime (exp - iat, and exp - now) accepted, in seconds."""
+    return int(os.environ.get("CLARIFY_TOKEN_MAX_LIFETIME", DEFAULT_MAX_LIFETIME))
 
 
 def configure_tables() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from . import observability as obs
 from .bus import EVENT_BUS, bus_outputs, bus_resources
 from .gate import GATE, gate_resources
-from .gateway import gateway_responses
+from .gateway import gateway_responses, method_not_allowed
 from .iam import access_for, lambda_role, policy_statements
 from .tables import logical_id, table_resources
 
@@ -170,7 +170,10 @@ def _wire_stream(event: dict[str, Any], declared: str | None, fn: Function) -> N
 
 
 def _wire_api(api: dict[str, Any]) -> None:
-    api["Properties"]["DefinitionBody"]["x-amazon-apigateway-gateway-responses"] = gateway_responses()
+    definition = api["Properties"]["DefinitionBody"]
+    definition["x-amazon-apigateway-gateway-responses"] = gateway_responses()
+    for item in definition.get("paths", {}).values():
+        item["x-amazon-apigateway-any-method"] = method_not_allowed()
     # First deploy: the API (and its stage) is created only after the reconciler succeeded.
     api["DependsOn"] = sorted(set(api.get("DependsOn", [])) | {GATE})
 

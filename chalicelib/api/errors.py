@@ -22,6 +22,7 @@ STATUS: tuple[tuple[type[e.DomainError], int], ...] = (
     (e.Contended, 409),
     (e.AlreadyRemembered, 409),
     (e.IdempotencyMismatch, 422),
+    (e.PayloadTooLarge, 413),
     (e.DispatchFailed, 502),
     (e.DispatchAmbiguous, 502),
     (e.NotReady, 503),

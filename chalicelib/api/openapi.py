@@ -6,6 +6,8 @@ from typing import Any
 
 from chalice import Chalice
 
+from . import boundary, schemas
+
 # (method, path) -> (summary, success status). A route missing here fails tests/unit/test_openapi.py.
 SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
     ("GET", "/api/v1/health"): ("Readiness: 200 once the reconciler succeeded, else 503 not_ready", 200),
@@ -46,6 +48,8 @@ SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
         "The agent withdraws its pending question (that bundle only)", 200),
 }
 
+# What chalicelib.api.boundary accepts as an id in a path (anything else is 404).
+PATH_ID = {"type": "string", "minLength": 1, "maxLength": boundary.MAX_PATH_ID, "pattern": boundary.PATH_ID.pattern}
 ERROR_SCHEMA = {
     "type": "object",
     "required": ["error"],
@@ -63,12 +67,15 @@ def openapi_document(app: Chalice) -> dict[str, Any]:
             op: dict[str, Any] = {
                 "operationId": entry.view_name,
                 "summary": summary,
-                "parameters": [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                               for p in re.findall(r"{(\w+)}", path)],
+                "parameters": [{"name": p, "in": "path", "required": True, "schema": PATH_ID}
+                               for p in re.findall(r"{(\w+)}", path)] + schemas.parameters(method, path),
                 "responses": {str(status): {"description": "success"},
                               "4XX": {"description": "error", "content": {
                                   "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}},
             }
+            body = schemas.request_body(method, path)
+            if body is not None:
+                op["requestBody"] = body
             if entry.authorizer is not None:
                 op["security"] = [{"bearer": []}]
             paths.setdefault(path, {})[method.lower()] = op

@@ -1,6 +1,7 @@
 """Bearer tokens: HS256 JWTs locally. Users are scoped to a workspace, agents to one session."""
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,18 +51,54 @@ def mint(secret: str, *, sub: str, role: str, workspace_id: str, session_id: str
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
-def verify(token: str, secret: str) -> Caller:
-    """Raises Unauthorized for anything but a valid, unexpired token with a known role and scope."""
-    if token.lower().startswith("bearer "):
-        token = token[7:].strip()
+SCHEME = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] +(\S+)$")
+MAX_CLAIM = 256
+DEFAULT_MAX_LIFETIME = 24 * 3600
+LEEWAY = 60  # seconds of clock skew tolerated in the lifetime checks (expiry itself has none)
+
+
+def verify(header: str, secret: str, *, max_lifetime: int = DEFAULT_MAX_LIFETIME, now: float | None = None) -> Caller:
+    """`Authorization: Bearer <JWT>` to a caller. Raises Unauthorized for anything but a well-formed, HS256-signed,
+    unexpired token whose lifetime is at most `max_lifetime` seconds, with a known role and non-empty scope."""
+    match = SCHEME.match(header or "")
+    if not match:
+        raise Unauthorized("the Authorization header must be `Bearer <token>`")
     try:
-        claims = jwt.decode(token, secret, algorithms=["HS256"], options={"require": ["exp", "sub", "role"]})
+        # HS256 only: `alg: none` and every other algorithm are refused by the allow-list.
+        claims = jwt.decode(match.group(1), secret, algorithms=["HS256"],
+                            options={"require": ["exp", "sub", "role", "workspace_id"]})
     except jwt.PyJWTError as exc:
         raise Unauthorized(f"invalid token: {exc}") from exc
-    role, workspace = claims.get("role"), claims.get("workspace_id")
-    if role not in ROLES or not isinstance(workspace, str) or not workspace:
-        raise Unauthorized("token lacks a role or workspace")
-    session_id = claims.get("session_id")
-    if role == "agent" and not session_id:
-        raise Unauthorized("agent token lacks a session")
-    return Caller(sub=str(claims["sub"]), role=role, workspace_id=workspace, session_id=session_id)
+    _check_lifetime(claims, max_lifetime, time.time() if now is None else now)
+    sub, role, workspace = (_claim(claims, name) for name in ("sub", "role", "workspace_id"))
+    if role not in ROLES:
+        raise Unauthorized("token has an unknown role")
+    session_id = _claim(claims, "session_id") if role == "agent" or "session_id" in claims else None
+    return Caller(sub=sub, role=role, workspace_id=workspace, session_id=session_id)
+
+
+def _claim(claims: Mapping[str, Any], name: str) -> str:
+    """A scope claim: a non-empty, bounded string of printable characters (it becomes part of stored keys)."""
+    value = claims.get(name)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_CLAIM or not value.isprintable() \
+            or any("\ud800" <= ch <= "\udfff" for ch in value):
+        raise Unauthorized(f"token claim {name} must be a non-empty string")
+    return value
+
+
+def _number(claims: Mapping[str, Any], name: str) -> float | None:
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Unauthorized(f"token claim {name} must be a number")  # PyJWT would accept "1700000000"
+    return float(value)
+
+
+def _check_lifetime(claims: Mapping[str, Any], max_lifetime: int, now: float) -> None:
+    exp, iat = _number(claims, "exp"), _number(claims, "iat")
+    assert exp is not None  # required above
+    if exp - now > max_lifetime + LEEWAY:
+        raise Unauthorized("token expires too far in the future")
+    if iat is not None and (iat > now + LEEWAY or exp - iat > max_lifetime):
+        raise Unauthorized("token lifetime is longer than allowed")

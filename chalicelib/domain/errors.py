@@ -17,6 +17,10 @@ class DomainError(Exception):
         self.details = details
 
 
+class PayloadTooLarge(DomainError):
+    code = "payload_too_large"
+
+
 class ValidationError(DomainError):
     code = "validation_error"
 

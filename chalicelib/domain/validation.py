@@ -61,8 +61,9 @@ def integer(raw: str | None, name: str, *, default: int, low: int, high: int) ->
     """A query-string integer within [low, high]."""
     if raw is None or raw == "":
         return default
-    if not raw.isascii() or not raw.lstrip("-").isdigit():
-        raise ValidationError(name, f"{name} must be an integer")
+    # Length first: int() of thousands of digits is slow, and past Python's digit limit it raises.
+    if len(raw) > 12 or not raw.isascii() or not raw.lstrip("-").isdigit():
+        raise ValidationError(name, f"{name} must be an integer between {low} and {high}")
     value = int(raw)
     if not low <= value <= high:
         raise ValidationError(name, f"{name} must be between {low} and {high}")

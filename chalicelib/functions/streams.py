@@ -6,6 +6,7 @@ interleaved batch yields the same projections and no duplicate event.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -36,29 +37,38 @@ def _image(record: Record, name: str) -> dict[str, Any] | None:
 def process_batch(deps: Deps, records: Iterable[Record], handle: Callable[[Deps, Record], None]) -> dict[str, Any]:
     """Handle records in order, then publish their events together (bus, then feed).
 
-    The first record that fails, or whose events the bus did not accept, is reported with every later one
-    (Lambda's ReportBatchItemFailures, which keeps per-item order), so it is retried and nothing is dropped.
-    Later records already handled are retried too; their events are in the feed by then, so a retry puts
-    nothing on the bus again.
+    A record that fails, or whose events the bus did not accept, is reported with every later record of the
+    same item (Lambda's ReportBatchItemFailures: the retry starts at the lowest reported record, so per-item
+    order holds). Order matters only within an item, so one item's bad record does not hold back the other
+    items of the batch; their redelivery is harmless (handlers are idempotent, and events already in the feed
+    are not put on the bus again), and once the event source sets the bad record aside the shard moves on.
     """
     records = list(records)
     outbox = Outbox()
     batch = replace(deps, outbox=outbox)
-    failed = len(records)
+    failed: set[int] = set()
+    blocked: set[str] = set()
     for index, record in enumerate(records):
+        if _item(record) in blocked:
+            failed.add(index)
+            continue
         outbox.record = index
         try:
             handle(batch, record)
         except Exception:
             log.exception("stream record %s failed", _sequence(record))
-            failed = index
-            break
-    outbox.discard_from(failed)
-    unpublished = flush(deps, outbox)
-    if unpublished is not None and unpublished < failed:
-        log.error("stream record %s: its events were not published; retrying from it", _sequence(records[unpublished]))
-        failed = unpublished
-    return {"batchItemFailures": [{"itemIdentifier": _sequence(r)} for r in records[failed:]]}
+            failed.add(index)
+            blocked.add(_item(record))
+    outbox.discard(failed)
+    for index in sorted(flush(deps, outbox)):
+        log.error("stream record %s: its events were not published; retrying it", _sequence(records[index]))
+        item = _item(records[index])
+        failed.update(i for i in range(index, len(records)) if _item(records[i]) == item)
+    return {"batchItemFailures": [{"itemIdentifier": _sequence(records[i])} for i in sorted(failed)]}
+
+
+def _item(record: Record) -> str:
+    return json.dumps(record.get("dynamodb", {}).get("Keys"), sort_keys=True, default=str)
 
 
 def _sequence(record: Record) -> str:

@@ -14,6 +14,6 @@ class Outbox:
     def add(self, event: Event) -> None:
         self.items.append((self.record, event))
 
-    def discard_from(self, record: int) -> None:
-        """Drop the events of `record` and later ones: they are derived again when those are retried."""
-        self.items = [(i, e) for i, e in self.items if i < record]
+    def discard(self, records: set[int]) -> None:
+        """Drop the events of these records: they are derived again when the records are retried."""
+        self.items = [(i, e) for i, e in self.items if i not in records]

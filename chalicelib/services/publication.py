@@ -76,14 +76,14 @@ def publish_now(deps: Deps, events: Sequence[Event]) -> bool:
     return not publish(deps, events)
 
 
-def flush(deps: Deps, outbox: Outbox) -> int | None:
-    """Publish a stream batch's events. Returns the position of the first record whose events are not all
-    published (that record and every later one must be retried), or None when all are."""
+def flush(deps: Deps, outbox: Outbox) -> set[int]:
+    """Publish a stream batch's events. Returns the positions of the records whose events are not all
+    published (they must be retried)."""
     if not outbox.items:
-        return None
+        return set()
     try:
         rejected = {e.id for e in publish(deps, [e for _, e in outbox.items])}
     except Exception:
         log.exception("publishing a stream batch's events failed")
-        return min(i for i, _ in outbox.items)
-    return min((i for i, e in outbox.items if e.id in rejected), default=None)
+        return {i for i, _ in outbox.items}
+    return {i for i, e in outbox.items if e.id in rejected}

@@ -1,8 +1,9 @@
 """Serves the Chalice app on 127.0.0.1 like API Gateway, including its gateway responses.
 
 In AWS the template's GatewayResponses turn an authorizer denial into 401 and an unknown route into 404,
-both in the API's error envelope; the local server does the same so clients see one contract. Like Lambda,
-it never lets one request see another's: each serving thread has its own current request.
+and each path's catch-all ANY method answers a method the route does not declare with 405, all in the API's
+error envelope; the local server does the same so clients see one contract. Like Lambda, it never lets one
+request see another's: each serving thread has its own current request.
 """
 from __future__ import annotations
 
@@ -18,12 +19,29 @@ from chalice.local import (
     LocalDevServer,
     LocalGatewayException,
     NotAuthorizedError,
+    RouteMatcher,
 )
 
 from chalicelib.api.errors import error_json
 
 
 class GatewayHandler(ChaliceRequestHandler):
+    def _gateway_handle(self) -> None:
+        routes = self.local_gateway._app_object.routes
+        try:
+            resource = RouteMatcher(list(routes)).match_route(self.path).route
+        except ValueError:
+            resource = None  # unknown path: the app's gateway handling answers 404
+        if resource is not None and self.command not in routes[resource]:
+            self._parse_payload()  # read the body so the connection stays usable
+            headers = {"Content-Type": "application/json", "Allow": ", ".join(sorted(routes[resource]))}
+            body = error_json(405, "method_not_allowed", "this route does not take that method")
+            self._send_http_response(405, headers, None if self.command == "HEAD" else body)
+            return
+        self._generic_handle()
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _gateway_handle
+
     def _send_error_response(self, error: LocalGatewayException) -> None:
         headers = {"Content-Type": "application/json"}
         if isinstance(error, NotAuthorizedError) or (

@@ -3,18 +3,36 @@
 It reads each table's stream through shard iterators, hands batches in Lambda's DynamoDB event shape to the
 same Chalice handlers AWS would invoke, honours partial batch failures (retrying from the first failed
 record, so per-item order holds) and checkpoints the last handled sequence number per shard.
+
+Like the event source mapping's MaximumRetryAttempts and on-failure destination, a record that keeps failing
+is retried a bounded number of times (with backoff), then set aside (scripts/local/stream_failures.py) and
+the shard moves on. After each pass that changed something (and every few seconds) it publishes its lag
+and the number of set-aside records in the meta item /health reads.
+
+Operator: `python -m scripts.local.pump list` shows set-aside records; `... replay <id>` hands one to its
+handler again (and forgets it once handled).
 """
 from __future__ import annotations
 
+import argparse
+import json
 import logging
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from .stream_failures import FailureStore
+
 log = logging.getLogger("pump")
+MAX_ATTEMPTS = 5
+RETRY_DELAY = 0.5  # seconds before the second attempt; doubles per attempt up to MAX_RETRY_DELAY
+MAX_RETRY_DELAY = 10.0
+HEARTBEAT = 5.0  # seconds between status writes when nothing changed
 Handler = Callable[[dict[str, Any], Any], Any]
 
 
@@ -30,6 +48,9 @@ class _Shard:
     checkpoint: str | None = None
     loaded: bool = False
     retry_from: str | None = None
+    attempts: int = 0  # failed attempts at retry_from
+    next_try: float = 0.0  # monotonic time before which a failing shard is not retried
+    lag: float = 0.0  # seconds: age of the oldest record known not to be handled yet
 
 
 @dataclass
@@ -56,13 +77,20 @@ def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
 
 class StreamPump:
     def __init__(self, dynamodb: Any, streams: Any, targets: list[Target],
-                 get_checkpoint: Callable[[str], str | None], set_checkpoint: Callable[[str, str], None]) -> None:
+                 get_checkpoint: Callable[[str], str | None], set_checkpoint: Callable[[str, str], None], *,
+                 failures: FailureStore | None = None, max_attempts: int = MAX_ATTEMPTS,
+                 retry_delay: float = RETRY_DELAY, set_status: Callable[[str], None] | None = None) -> None:
         self.dynamodb, self.streams, self.targets = dynamodb, streams, targets
         self.get_checkpoint, self.set_checkpoint = get_checkpoint, set_checkpoint
+        self.failures = failures or FailureStore()
+        self.max_attempts, self.retry_delay = max_attempts, retry_delay
+        self.set_status = set_status
         self._shards: dict[str, _Shard] = {}
         self._stop = threading.Event()
+        self._published: tuple[Any, float] | None = None  # (status without its time, when)
         self.delivered = 0
         self.failed_batches = 0
+        self.set_aside = 0
 
     def poll_once(self) -> int:
         """One pass over every shard of every target; returns how many records were handled."""
@@ -72,7 +100,27 @@ class StreamPump:
             shards = self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
             for shard in shards:
                 handled += self._poll_shard(target, arn, shard["ShardId"])
+        self._publish_status()
         return handled
+
+    def status(self) -> dict[str, Any]:
+        """What /health reports: lag in seconds, records waiting for a retry, records set aside."""
+        return {"lag_seconds": round(max((s.lag for s in self._shards.values()), default=0.0), 1),
+                "retrying": sum(1 for s in self._shards.values() if s.retry_from),
+                "set_aside": self.failures.count()}
+
+    def _publish_status(self) -> None:
+        if self.set_status is None:
+            return
+        status, now = self.status(), time.monotonic()
+        if self._published and self._published[0] == status and now - self._published[1] < HEARTBEAT:
+            return
+        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        try:
+            self.set_status(json.dumps({**status, "checked_at": at}))
+            self._published = (status, now)
+        except Exception:
+            log.exception("could not publish the pump's status")
 
     def drain(self, max_passes: int = 50) -> int:
         """Poll until a pass finds nothing (stream handlers can write records that cause more records)."""
@@ -101,11 +149,14 @@ class StreamPump:
         state = self._shards.setdefault(key, _Shard())
         if not state.loaded:
             state.checkpoint, state.loaded = self.get_checkpoint(key), True
+        if state.retry_from and time.monotonic() < state.next_try:
+            return 0  # backing off from a failed record
         # A fresh iterator every pass (as a restarted poller would take): moto replaces a table's stream
         # object when it rolls back a cancelled transaction, which would strand a long-lived iterator.
         resp = self.streams.get_records(ShardIterator=self._iterator(arn, shard_id, state), Limit=target.batch_size)
         records = resp.get("Records", [])
         if not records:
+            state.lag = 0.0
             return 0
         event = {"Records": [lambda_record(r, arn) for r in records]}
         result = target.handler(event, LambdaContext(function_name=target.table))
@@ -113,11 +164,27 @@ class StreamPump:
         handled = records
         if failures:
             self.failed_batches += 1
-            first = failures[0]["itemIdentifier"]
+            first = min((f["itemIdentifier"] for f in failures), key=int)
             handled = [r for r in records if int(r["dynamodb"]["SequenceNumber"]) < int(first)]
-            state.retry_from = first  # re-read from the failed record next pass
+            poison = next(r for r in event["Records"] if r["dynamodb"]["SequenceNumber"] == first)
+            state.attempts = state.attempts + 1 if state.retry_from == first else 1
+            if state.attempts >= self.max_attempts:
+                # Bounded like the AWS mapping's MaximumRetryAttempts: park it, and the shard moves on.
+                entry = self.failures.put(target.table, shard_id, poison, state.attempts)
+                log.error("stream record %s set aside after %d attempts (replay id %s)", first, state.attempts,
+                          entry.id)
+                self.set_aside += 1
+                handled = [r for r in records if int(r["dynamodb"]["SequenceNumber"]) <= int(first)]
+                state.retry_from, state.attempts = None, 0
+            else:
+                state.retry_from = first  # re-read from the failed record next pass
+                delay = min(self.retry_delay * 2 ** (state.attempts - 1), MAX_RETRY_DELAY)
+                state.next_try = time.monotonic() + delay
+            state.lag = _age(poison)
         else:
-            state.retry_from = None
+            state.retry_from, state.attempts = None, 0
+            # A full batch may have more behind it: its newest record's age bounds the lag from below.
+            state.lag = _age(event["Records"][-1]) if len(records) >= target.batch_size else 0.0
         if handled:
             state.checkpoint = handled[-1]["dynamodb"]["SequenceNumber"]
             self.set_checkpoint(key, state.checkpoint)
@@ -135,3 +202,31 @@ class StreamPump:
         if seq:
             kwargs["SequenceNumber"] = seq
         return str(self.streams.get_shard_iterator(**kwargs)["ShardIterator"])
+
+
+def _age(record: dict[str, Any]) -> float:
+    created = record.get("dynamodb", {}).get("ApproximateCreationDateTime")
+    return max(0.0, time.time() - float(created)) if isinstance(created, (int, float)) else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The operator's view of set-aside records: list them, or replay one through its handler."""
+    parser = argparse.ArgumentParser(description="stream records the pump set aside")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list")
+    replay = sub.add_parser("replay")
+    replay.add_argument("id")
+    args = parser.parse_args(argv)
+    store = FailureStore()
+    if args.command == "list":
+        for entry in store.list():
+            print(json.dumps(entry.summary()))
+        return 0
+    from .stack import stream_handlers
+    ok = store.replay(args.id, stream_handlers())
+    print("replayed" if ok else "still failing: it stays set aside", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

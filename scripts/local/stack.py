@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from typing import Any
 
 from chalicelib import aws, bootstrap
 from chalicelib.auth.tokens import mint
 from chalicelib.services import readiness
+from chalicelib.services.stream_health import STATUS_KEY
 from chalicelib.store.tables import create_tables
 
 from .api_server import ApiThread
 from .bus import LocalBus, ensure_bus
 from .emulator import EmulatorThread
 from .env import apply, local_env
-from .pump import StreamPump, Target
+from .pump import MAX_ATTEMPTS, RETRY_DELAY, Handler, StreamPump, Target
 from .scheduler import Scheduler
 
 
@@ -22,18 +24,26 @@ def aws_clients(endpoint: str) -> tuple[Any, Any]:
     return aws.client("dynamodb", endpoint_url=endpoint), aws.client("dynamodbstreams", endpoint_url=endpoint)
 
 
-def make_pump(endpoint: str) -> StreamPump:
+def stream_handlers() -> dict[str, Handler]:
+    """The app's stream functions by the table whose stream they read (as the AWS mappings wire them)."""
     import app as application
     from chalicelib.store.models import HistoryRecord, SessionRecord, TaskRecord
+    return {str(SessionRecord.Meta.table_name): application.sessions_stream,
+            str(HistoryRecord.Meta.table_name): application.history_stream,
+            str(TaskRecord.Meta.table_name): application.tasks_stream}
+
+
+def make_pump(endpoint: str, **options: Any) -> StreamPump:
+    """The pump over the app's stream functions; `options` go to StreamPump (retries, failure store)."""
     dynamodb, streams = aws_clients(endpoint)
     store = bootstrap.deps().store
+    options.setdefault("retry_delay", float(os.environ.get("CLARIFY_STREAM_RETRY_DELAY", RETRY_DELAY)))
+    options.setdefault("max_attempts", int(os.environ.get("CLARIFY_STREAM_MAX_ATTEMPTS", MAX_ATTEMPTS)))
     return StreamPump(
-        dynamodb, streams,
-        [Target(str(SessionRecord.Meta.table_name), application.sessions_stream),
-         Target(str(HistoryRecord.Meta.table_name), application.history_stream),
-         Target(str(TaskRecord.Meta.table_name), application.tasks_stream)],
+        dynamodb, streams, [Target(table, handler) for table, handler in stream_handlers().items()],
         get_checkpoint=store.get_meta,
-        set_checkpoint=lambda key, seq: store.set_meta(key, seq, "pump"))
+        set_checkpoint=lambda key, seq: store.set_meta(key, seq, "pump"),
+        set_status=lambda value: store.set_meta(STATUS_KEY, value, "pump"), **options)
 
 
 def make_scheduler(interval: float) -> Scheduler:
@@ -60,6 +70,7 @@ class LocalStack:
         env = local_env(CLARIFY_TABLE_PREFIX=self.prefix, CLARIFY_AGENTCTL_URL=self.agentctl_url,
                         CLARIFY_DEPLOYMENT_ID=f"test-{uuid.uuid4().hex[:8]}", CLARIFY_EVENT_BUS=f"{self.prefix}events")
         env["AWS_ENDPOINT_URL"] = endpoint
+        env["CLARIFY_STREAM_FAILURE_DIR"] = tempfile.mkdtemp(prefix="clarify-stream-failures-")
         os.environ.update(env)
         bootstrap.override(None)
         readiness.forget()

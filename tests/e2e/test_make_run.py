@@ -12,13 +12,15 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from scripts.local.emulator import EmulatorThread
-from tests.conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # make itself receives the Ctrl-C too and reports it (130, or -SIGINT); the run command exits 0.
 CTRL_C_EXIT = (0, 130, -signal.SIGINT)
@@ -84,7 +86,9 @@ def eventually(check: Any, timeout: float = 20.0) -> Any:
 def test_make_run__message__agent_reply_events_and_clean_stop(shared_emulator: EmulatorThread) -> None:
     run = Run(shared_emulator.url)
     try:
-        assert requests.get(run.url + "/health", timeout=5).json() == {"status": "ok", "ready": True}
+        health = requests.get(run.url + "/health", timeout=5).json()
+        assert (health["status"], health["ready"]) == ("ok", True), health
+        assert health.get("stream", {}).get("set_aside", 0) == 0  # the worker's pump reports here once it ran
         assert "using the emulator already answering" in "".join(run.output)
         task = run.call("POST", "/tasks", {"title": "e2e"}).json()
         session = run.call("POST", f"/tasks/{task['id']}/sessions", {}).json()

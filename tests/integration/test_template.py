@@ -222,11 +222,27 @@ def test_gateway__denial_401_unknown_route_404__error_envelope(template: dict[st
     body = template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]
     responses = body["x-amazon-apigateway-gateway-responses"]
     expected = {"ACCESS_DENIED": ("401", "unauthorized"), "UNAUTHORIZED": ("401", "unauthorized"),
-                "MISSING_AUTHENTICATION_TOKEN": ("404", "not_found")}
+                "MISSING_AUTHENTICATION_TOKEN": ("404", "not_found"),
+                "REQUEST_TOO_LARGE": ("413", "payload_too_large")}
     for kind, (status, code) in expected.items():
         envelope = json.loads(responses[kind]["responseTemplates"]["application/json"])
         assert responses[kind]["statusCode"] == status
         assert envelope["error"]["code"] == code and envelope["error"]["retryable"] is False
+
+
+def test_gateway__wrong_method_on_a_known_route__405_in_the_envelope(template: dict[str, Any]) -> None:
+    """Each route's catch-all ANY method (declared methods take precedence) answers 405 from a mock."""
+    paths = template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]["paths"]
+    assert paths
+    for path, item in paths.items():
+        declared = {m for m in item if m in ("get", "post", "put", "patch", "delete")}
+        assert declared, path
+        integration = item["x-amazon-apigateway-any-method"]["x-amazon-apigateway-integration"]
+        assert integration["type"] == "mock" and "security" not in item["x-amazon-apigateway-any-method"]
+        response = integration["responses"]["default"]
+        envelope = json.loads(response["responseTemplates"]["application/json"])
+        assert response["statusCode"] == "405"
+        assert envelope["error"]["code"] == "method_not_allowed" and envelope["error"]["retryable"] is False
 
 
 def test_gate__reconciler_before_traffic__ordering_and_fresh_deployment_id(template: dict[str, Any]) -> None:

@@ -15,7 +15,8 @@ import requests
 from chalicelib.domain import validation as v
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
-from tests.integration.test_auth import (
+from tests.support.flow import ApiClient
+from tests.support.routes import (
     AGENT_PREFIX,
     QUESTIONS,
     V1,
@@ -26,7 +27,6 @@ from tests.integration.test_auth import (
     owner_token,
     snapshot,
 )
-from tests.support.flow import ApiClient
 
 # POST routes that read no body (per the contract): everything else that is POSTed must be a JSON object.
 BODYLESS = {V1 + "/sessions/{session_id}/cancel", V1 + "/clarifications/{clarification_id}/dismiss",

@@ -1,0 +1,31 @@
+"""Stream processing as /health reports it: lag and set-aside records, from the status its poller publishes.
+
+Locally the stream pump publishes this meta item. In AWS the event source mapping does the polling, retrying
+and parking, out of the functions' sight: nothing publishes it there, and IteratorAge and the stream failure
+queue (with their alarms) are the report instead.
+"""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from .deps import Deps, parse_iso
+
+STATUS_KEY = "stream#status"
+STALE = timedelta(seconds=30)  # the poller publishes at least every few seconds while it runs
+LAGGING_SECONDS = 60.0  # the same threshold as the AWS iterator-age alarm
+
+
+def stream_status(deps: Deps) -> dict[str, Any] | None:
+    """None where no poller publishes; else its report with `healthy` (fresh, not lagging, nothing set aside)."""
+    raw = deps.store.get_meta(STATUS_KEY)
+    if not raw:
+        return None
+    try:
+        status = dict(json.loads(raw))
+        stale = deps.clock() - parse_iso(str(status["checked_at"])) > STALE
+        healthy = not stale and status.get("set_aside") == 0 and float(status["lag_seconds"]) < LAGGING_SECONDS
+    except (ValueError, KeyError, TypeError):
+        return {"healthy": False, "error": "unreadable stream status"}
+    return {**status, "stale": stale, "healthy": healthy}
