@@ -142,6 +142,16 @@ class Reservation:
 
 
 @dataclass(frozen=True)
+class StartEvent:
+    """The start-event outbox marker: a resumed successor turn whose turn.started (and turn.completed, once
+    it completed) must reach the event bus before the marker is cleared."""
+
+    turn_id: str
+    seq: int
+    started_at: str
+
+
+@dataclass(frozen=True)
 class Watchdog:
     """Armed by a confirmed live delivery: if the agent shows no activity, the answer is re-prompted."""
 
@@ -172,6 +182,7 @@ class Session:
     bundles: tuple[Bundle, ...] = ()
     updated_at: str = ""
     reservation: Reservation | None = None
+    start_event: StartEvent | None = None
     watchdog: Watchdog | None = None
     recon_due: str | None = None
     queue: tuple[Prompt, ...] = ()  # messages admitted while the agent was mid-turn, in order

@@ -6,7 +6,6 @@ from typing import Any
 from .model import (
     INPUT_CAPABLE_STATES,
     TERMINAL_STATES,
-    TURN_START_STATES,
     Bundle,
     Row,
     Session,
@@ -59,21 +58,18 @@ def active_bundles(session: Session) -> list[Bundle]:
 
 
 def published_turn(session: Session | None) -> Turn | None:
-    """The current turn as clients may know it: a reserved successor is hidden until acknowledged."""
+    """The current turn as clients may know it: a reserved successor stays hidden until acknowledged, and
+    until then its predecessor is what they know."""
     if session is None or session.current_turn is None:
         return None
     r = session.reservation
     if r is not None and r.turn_id == session.current_turn.id:
-        return None
+        return r.predecessor
     return session.current_turn
 
 
 def input_capable(state: State) -> bool:
     return state in INPUT_CAPABLE_STATES
-
-
-def can_start_turn(state: State) -> bool:
-    return state in TURN_START_STATES
 
 
 def pending_action(session: Session) -> str | None:
@@ -99,6 +95,3 @@ def allowed_sources(target: State) -> frozenset[State]:
         return frozenset(State) - TERMINAL_STATES
     return frozenset(s for s, targets in _TRANSITIONS.items() if target in targets)
 
-
-def can_transition(source: State, target: State) -> bool:
-    return source in allowed_sources(target)

@@ -5,8 +5,9 @@ failure fails the run, traffic stays off, and the markers stay for the next run.
 work whose owner deadline has passed, so it never races a live invocation. It finds work through the
 sparse reconciler index, so its cost grows with outstanding work, not with the number of sessions.
 
-Order per session, as the spec requires: reservations, then response-delivery intents, then prompts,
-then lapsed waiter leases and due watchdogs; finally the owner deadline is rescheduled or cleared.
+Order per session: reservations (an attempted one becomes the start-event outbox marker), then start-event
+replay, then response-delivery intents, then prompts, then lapsed waiter leases and due watchdogs; finally
+the owner deadline is rescheduled or cleared.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ..services.deps import Deps
 from ..services.dispatch import dispatch_prompt, retire_ambiguous
 from ..services.messages import drain
 from ..services.readiness import mark_ready
-from ..services.resume import rollback
+from ..services.resume import recover, replay_start_event, rollback
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +32,16 @@ class ReconcileFailed(Exception):
     pass
 
 
+class Unpublished(ReconcileFailed):
+    """The event bus did not accept a start event: the marker stays for the next run."""
+
+
 @dataclass
 class Report:
     examined: int = 0
     reservations_kept: int = 0
     reservations_rolled_back: int = 0
+    start_events_published: int = 0
     intents_restored: int = 0
     intents_retired: int = 0
     prompts_dispatched: int = 0
@@ -75,6 +81,7 @@ def _session(deps: Deps, session_id: str, report: Report, *, now: str, everythin
     if session is None:
         return
     session = _reservation(deps, session, report, now, everything)
+    session = _start_event(deps, session, report)
     session = _intents(deps, session, report, now, everything)
     session = _prompt(deps, session, report, now, everything)
     session = _leases(deps, session, report, now)
@@ -98,15 +105,27 @@ def _reservation(deps: Deps, s: Session, report: Report, now: str, everything: b
     if delivery is None:
         raise ReconcileFailed(f"reservation {r.turn_id} names no claimed bundle")
     if r.attempted:
-        # The agent may have it: keep the successor and the terminal claim. Clearing the reservation is
-        # the outbox: the stream then publishes turn.started (and turn.completed if it already finished).
-        s = deps.store.finish_reservation(s.id, r, bundle_id=r.bundle_id, delivery_id=delivery.delivery_id,
-                                          result="ambiguous", dispatch=Dispatch.ATTEMPTED, at=deps.now())
+        # The agent may have it: keep the successor and the terminal claim; the reservation becomes the
+        # start-event outbox marker, published (turn.started, then turn.completed if it already finished)
+        # and cleared once the bus accepted them.
+        s = recover(deps, s, r, delivery.delivery_id, "ambiguous")
         report.reservations_kept += 1
         return s
-    if not rollback(deps, s.id, r, r.bundle_id, delivery, delivery.outcome):
+    restored = rollback(deps, s.id, r, r.bundle_id, delivery)
+    if restored is None:
         raise ReconcileFailed(f"could not roll back reservation {r.turn_id}")
     report.reservations_rolled_back += 1
+    return restored
+
+
+def _start_event(deps: Deps, s: Session, report: Report) -> Session:
+    """An outbox marker left by an earlier attempt: publish its turn events, then clear it. A bus that does
+    not accept fails this run and leaves the marker for the next one."""
+    if s.start_event is None:
+        return s
+    if not replay_start_event(deps, s):
+        raise Unpublished(f"the start events of turn {s.start_event.turn_id} were not accepted by the bus")
+    report.start_events_published += 1
     return deps.store.get_session(s.id) or s
 
 
@@ -175,6 +194,8 @@ def next_due(s: Session, now: str) -> str | None:
     candidates: list[str] = []
     if s.reservation is not None:
         candidates.append(s.reservation.deadline)
+    if s.start_event is not None:  # nobody else publishes it: due at once
+        candidates.append(now)
     for b in s.bundles:
         if b.delivery is not None and b.delivery.pending:
             candidates.append(b.delivery.deadline)

@@ -63,8 +63,11 @@ def ask(deps: Deps, caller: Caller, session_id: str, command: Ask) -> Bundle:
         owner = new_turn or turn
         assert owner is not None
         cid = clarify.clarification_id(s.id, suffix)
+        # The ask opens the waiter lease: an agent that never waits leaves a question that detaches when it
+        # lapses; its first wait renews it.
         bundle = Bundle(id=cid, turn_id=owner.id, message_id=cid, created_at=now, context=command.context,
-                        rows=tuple(Row(question=q, status=clarify.PENDING) for q in command.questions))
+                        rows=tuple(Row(question=q, status=clarify.PENDING) for q in command.questions),
+                        waiter_until=deps.after(deps.settings.ask_lease))
         deps.store.add_bundle(s.id, bundle, expected_turn_id=turn.id if turn else None, new_turn=new_turn,
                               from_states=LIVE_STATES, state=State.WAITING_FOR_INPUT, at=now)
         return bundle

@@ -27,7 +27,11 @@ class Settings:
     confirm_wait: float = 8.0  # how long a live responder waits for the waiter's durable confirmation
     watchdog_timeout: timedelta = timedelta(seconds=15)
     reservation_wait: float = 10.0  # how long a delayed ready frame waits for a reservation to resolve
-    poll_interval: float = 0.1
+    poll_first: float = 0.05  # a waiting party's first re-read; each later one waits twice as long ...
+    poll_cap: float = 1.0  # ... up to this: about 1.2 reads per second over a 25-second wait
+    # An ask opens its waiter lease for this long (the agent's first wait renews it); an agent that never
+    # waits leaves a question that detaches once the lease lapses. Well under the owner window.
+    ask_lease: timedelta = timedelta(seconds=30)
     idempotency_ttl: timedelta = timedelta(days=1)
     queue_cap: int = 10
     bus_attempts: int = 3  # tries per bus entry within one publication before it is reported as failed

@@ -13,6 +13,7 @@ from ..auth.tokens import Caller
 from ..domain.errors import ValidationError
 from ..domain.model import Event
 from .deps import Deps, iso, parse_iso
+from .polling import poll
 
 PAGE = 200
 
@@ -45,13 +46,14 @@ def list_events(deps: Deps, caller: Caller, after: str | None, wait: int) -> Pag
         after_sk, read_at = _decode(after)
     else:
         after_sk, read_at = "", ""
-    deadline = deps.clock().timestamp() + wait
-    while True:
-        now = deps.clock()
-        low = iso(parse_iso(read_at) - deps.settings.events_lookback) if read_at else ""
+    low = iso(parse_iso(read_at) - deps.settings.events_lookback) if read_at else ""
+    read = [""]
+
+    def probe() -> list[tuple[str, str, Event]] | None:
+        read[0] = deps.now()
         rows = deps.store.list_events(caller.workspace_id, low_sk=min(low, after_sk) if after_sk else "",
                                       after_sk=after_sk, written_after=read_at or "", limit=PAGE)
-        if rows or now.timestamp() >= deadline:
-            last = max([after_sk, *(sk for sk, _, _ in rows)])
-            return Page([e for _, _, e in rows], _encode(last, iso(now)))
-        deps.sleep(min(0.5, max(0.0, deadline - now.timestamp())))
+        return rows or None
+    rows = poll(deps, probe, wait) or []
+    last = max([after_sk, *(sk for sk, _, _ in rows)])
+    return Page([e for _, _, e in rows], _encode(last, read[0]))

@@ -13,6 +13,7 @@ from . import watchdog
 from .access import session_for_agent
 from .deps import Deps
 from .lifecycle import complete_turn, end_session
+from .polling import poll
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +42,24 @@ def _apply(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
         # Activity disarms the watchdog even when the frame's identity is that of a cancelled prompt.
         return _output(deps, watchdog.on_activity(deps, session), frame)
     if frame.type in ("turn_completed", "ready"):
-        if session.reservation is not None:
+        if session.reservation is not None and not _of_attempted_successor(session, frame):
             return _after_reservation(deps, session, frame)
         return _complete(deps, session, frame)
     if frame.type == "state" and frame.state is not None:
         return _state(deps, session, frame.state)
-    return session, False  # cancel_ack carries no transcript or turn change
+    # cancel_ack: no transcript or turn change. Only the acknowledgement of the very prompt the watchdog
+    # cancelled is part of its recovery; any other one is agent activity.
+    if session.watchdog is not None and not watchdog.own_cancel_ack(session.watchdog, frame):
+        return watchdog.on_activity(deps, session), False
+    return session, False
+
+
+def _of_attempted_successor(session: Session, frame: Frame) -> bool:
+    """A frame of the resumed successor itself (its generation, its turn, now current): the agent accepted
+    the resume and worked on it. Only a predecessor's delayed frame waits for the reservation to resolve."""
+    r = session.reservation
+    return (r is not None and r.attempted and frame.prompt_generation == r.generation
+            and session.current_turn is not None and session.current_turn.id == r.turn_id)
 
 
 def _stale(session: Session, frame: Frame) -> bool:
@@ -91,14 +104,13 @@ def _start_agent_turn(deps: Deps, session: Session) -> tuple[Session, Turn]:
 def _after_reservation(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
     """A delayed completion overlapping a reservation waits for it to resolve, then revalidates its prompt
     generation: it can never complete the reserved successor. A generationless frame is dropped."""
-    waited = 0.0
-    while session.reservation is not None and waited < deps.settings.reservation_wait:
-        deps.sleep(deps.settings.poll_interval)
-        waited += deps.settings.poll_interval
-        session = deps.store.get_session(session.id) or session
-    if session.reservation is not None or frame.prompt_generation is None:
+    def resolved() -> Session | None:
+        current = deps.store.get_session(session.id) or session
+        return current if current.reservation is None else None
+    settled = poll(deps, resolved, deps.settings.reservation_wait)
+    if settled is None or frame.prompt_generation is None:
         return session, False
-    return _complete(deps, session, frame)
+    return _complete(deps, settled, frame)
 
 
 def _complete(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:

@@ -2,8 +2,9 @@
 
 Live: the claim carries a delivery intent; the agent's waiter receives it, durably confirms (arming the
 watchdog in the same write) and only then uses it. The responder waits a bounded time for that
-confirmation; if none comes it restores exactly the claimed rows (detached: the waiter is evidently gone).
-Confirmation and restore are conditional on the same unconfirmed claim, so exactly one of them wins.
+confirmation; if none comes the waiter is evidently gone, and the same claim continues as a detached answer
+in the same request. Confirmation and that fall-through are conditional on the same unconfirmed claim, so
+exactly one of them wins.
 """
 from __future__ import annotations
 
@@ -18,20 +19,19 @@ from ..domain.errors import (
     ClarificationActive,
     ClarificationInactive,
     ConditionFailed,
-    DispatchFailed,
+    Contended,
+    DispatchAmbiguous,
     IdempotencyMismatch,
     NotFound,
 )
 from ..domain.model import Bundle, Delivery, Session, Watchdog
-from ..domain.public import clarification_view
 from ..domain.respond import Outcome, outcome, summary_text
 from ..domain.rules import bundle_is_active, row_pending
 from .clarifications import bundle_for_agent, bundle_for_user, inactive
 from .deps import Deps
-from .events import emit_for
-from .projection import refresh_task_summary
+from .polling import poll
 from .results import Responded
-from .resume import respond_detached
+from .resume import fall_through, respond_detached
 from .retry import fresh_session, on_conflict
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def respond(deps: Deps, caller: Caller, clarification_id: str, command: Respond,
         b = s.bundle(bundle.id)
         if b is None:
             raise NotFound("clarification not found")
-        replay = _replay(b, key, result)
+        replay = _replay(deps, s.id, b, key, result)
         if replay is not None:
             return replay
         if not bundle_is_active(s, b):
@@ -78,17 +78,21 @@ def respond(deps: Deps, caller: Caller, clarification_id: str, command: Respond,
                        "the clarification")
 
 
-def _replay(bundle: Bundle, key: str, outcome: Outcome) -> Responded | None:
+def _replay(deps: Deps, session_id: str, bundle: Bundle, key: str, outcome: Outcome) -> Responded | None:
     """A retry with the same key gets the original result; the same key with another body is a 422."""
     d = bundle.delivery
     if not key or d is None or d.idempotency_key != key:
         return None
     if d.fingerprint != outcome.fingerprint:
         raise IdempotencyMismatch("this Idempotency-Key was used with a different response")
-    if d.pending:
-        return None  # still being delivered: fall through, the claim condition decides
-    result = {"live": "live", "resumed": "resumed"}.get(d.result or "", "recorded")
-    return Responded(bundle.id, d.outcome, result)
+    if d.pending:  # the original request is still delivering it: its result is this request's result
+        settled = _settled(deps, session_id, bundle.id, d.delivery_id, deps.settings.max_waiter_poll)
+        if settled is None:
+            raise Contended("the original request is still delivering this answer; retry")
+        if settled is _GONE:
+            return None  # it was handed back (restored): this retry answers anew
+        d = settled
+    return _result(bundle.id, d)
 
 
 def _deliver(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome, rows: list[str],
@@ -110,93 +114,99 @@ def _deliver(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome, row
 
 def _deliver_live(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome, rows: list[str],
                   key: str) -> Responded:
+    """Claim with a live delivery intent and wait (bounded) for the waiter's durable confirmation. Nobody
+    confirming means the waiter is gone: the same claim then continues as a detached answer in this request
+    (a rejection is recorded terminal, an answer resumes the agent), so the user never has to resend."""
     now = deps.now()
     delivery = Delivery(deps.new_id(), tuple(rows), outcome.status, "live", now, deps.deadline(), key,
                         outcome.fingerprint)
     deps.store.claim(session.id, bundle.id, {q: outcome.response_for(q) for q in rows}, status=outcome.status,
                      delivery=delivery, reservation=None, at=now)
-    if _await_confirmation(deps, session.id, bundle.id, delivery.delivery_id):
-        return Responded(bundle.id, outcome.status, "live")
+    settled = _settled(deps, session.id, bundle.id, delivery.delivery_id, deps.settings.confirm_wait)
+    if settled is not None:
+        return _result(bundle.id, settled)
+    current = deps.store.get_session(session.id) or session
     try:
-        restored = deps.store.restore_claim(session.id, bundle.id, delivery.delivery_id, rows,
-                                            outcome=outcome.status, detach=True, at=deps.now())
+        if outcome.status == "rejected":
+            deps.store.confirm_delivery(session.id, bundle.id, delivery.delivery_id, result="recorded",
+                                        watchdog=None, at=deps.now())
+            return Responded(bundle.id, "rejected", "recorded")
+        return fall_through(deps, current, current.bundle(bundle.id) or bundle, delivery)
     except ConditionFailed as exc:
-        # Confirmation won the race (it owns its write to completion), or the turn moved on.
-        current = exc.current if isinstance(exc.current, Session) else None
-        b = current.bundle(bundle.id) if current else None
-        if b and b.delivery and b.delivery.delivery_id == delivery.delivery_id and not b.delivery.pending:
-            return Responded(bundle.id, outcome.status, "live")
-        raise DispatchFailed("the answer could not be delivered and the question is no longer active") from exc
-    summary_error = publish_restored(deps, restored, bundle.id, rows)
-    raise DispatchFailed("no agent confirmed the answer in time; the question is now detached, so a retry "
-                         "resumes the agent", restored=True, **({"summary_error": summary_error}
-                                                               if summary_error else {}))
+        # The waiter's confirmation won the race (it owns its write to completion), or the turn moved on.
+        latest = exc.session or deps.store.get_session(session.id)
+        b = latest.bundle(bundle.id) if latest else None
+        d = b.delivery if b else None
+        if latest is None or b is None or d is None or d.delivery_id != delivery.delivery_id:
+            raise NotFound("clarification not found") from exc
+        if not d.pending:
+            return _result(bundle.id, d)
+        # The question moved on (a newer turn, an ended session) before anyone took the answer: retire the
+        # intent, as the reconciler would, and say why the question is no longer answerable.
+        deps.store.retire_delivery(session.id, bundle.id, d.delivery_id, result="retired", at=deps.now())
+        raise ClarificationInactive("the question moved on before the answer could be delivered",
+                                    reason="session_terminal" if latest.terminal else "superseded") from exc
 
 
-def _await_confirmation(deps: Deps, session_id: str, bundle_id: str, delivery_id: str) -> bool:
-    waited = 0.0
-    while True:
+def _settled(deps: Deps, session_id: str, bundle_id: str, delivery_id: str, timeout: float) -> Delivery | None:
+    """Wait (backing off) until this claim is confirmed or settled otherwise; None if it is still pending."""
+    def probe() -> Delivery | None:
         s = deps.store.get_session(session_id)
         b = s.bundle(bundle_id) if s else None
         d = b.delivery if b else None
-        if d is None or d.delivery_id != delivery_id:
-            return False
-        if not d.pending:
-            return True
-        if waited >= deps.settings.confirm_wait:
-            return False
-        deps.sleep(deps.settings.poll_interval)
-        waited += deps.settings.poll_interval
+        if d is None or d.delivery_id != delivery_id or not d.pending:
+            return d or _GONE
+        return None
+    found = poll(deps, probe, timeout)
+    return None if found is None or found is _GONE else found
 
 
-def publish_restored(deps: Deps, session: Session, bundle_id: str, rows: list[str]) -> str | None:
-    """Restored rows are published after the commit even if the summary refresh fails (then reported)."""
-    bundle = session.bundle(bundle_id)
-    if bundle is not None:
-        emit_for(deps, session, f"message.updated:{bundle_id}:{session.version}", "message.updated",
-                 session.updated_at, {**clarification_view(session, bundle, now=session.updated_at),
-                                      "changed_question_ids": rows})
-    try:
-        refresh_task_summary(deps, session.task_id, fresh=session)
-    except Exception as exc:  # durable pending state is authoritative; the retry stays safe
-        log.warning("summary refresh after restore of %s failed: %s", bundle_id, exc)
-        return str(exc)
-    return None
+_GONE = Delivery("", (), "", "", "", "")  # the claim was restored or replaced: nothing of it left to report
+
+
+def _result(bundle_id: str, d: Delivery) -> Responded:
+    """What the request that made this (settled) claim answered, for it and for its retries."""
+    if d.result == "ambiguous":
+        raise DispatchAmbiguous("the agent may have received the answer; it will not be sent again")
+    if d.result == "retired":
+        raise ClarificationInactive("the question moved on before the answer could be delivered",
+                                    reason="superseded")
+    return Responded(bundle_id, d.outcome, d.result if d.result in ("live", "resumed") else "recorded")
 
 
 # ------------------------------------------------------------------ the agent's side
 def wait(deps: Deps, caller: Caller, clarification_id: str, timeout: int) -> tuple[int, dict[str, Any]]:
-    """Long-poll for a live outcome. Renews the waiter lease once per poll."""
+    """Long-poll for a live outcome, reading the aggregate with back-off. Renews the waiter lease once."""
     session, bundle = bundle_for_agent(deps, caller, clarification_id)
-    waited, renewed = 0.0, False
-    while True:
-        b = session.bundle(bundle.id)
-        if b is None:
+    b = session.bundle(bundle.id)
+    if b is not None and bundle_is_active(session, b) and not clarify.is_detached(b, deps.now()):
+        rows = [r.question.question_id for r in b.rows if row_pending(r)]
+        lease = deps.after(timedelta(seconds=timeout) + deps.settings.waiter_lease_margin)
+        try:
+            session = deps.store.renew_waiter(session.id, b.id, rows, until=lease, at=deps.now())
+        except ConditionFailed as exc:
+            session = exc.session or session
+    first = [session]
+
+    def probe() -> tuple[int, dict[str, Any]] | None:
+        current = first.pop() if first else deps.store.get_session(session.id)
+        found = current.bundle(bundle.id) if current else None
+        if current is None or found is None:
             raise NotFound("clarification not found")
-        d = b.delivery
-        if d is not None and d.pending and d.mode == "live":
-            return 200, {"state": d.outcome, "response": outcome_payload(b), "delivery_id": d.delivery_id}
-        if not bundle_is_active(session, b):
-            return 410, {"state": "inactive", "reason": inactive(session, b, deps.now()).details.get("reason")}
-        if clarify.is_detached(b, deps.now()):
-            return 410, {"state": "inactive", "reason": "detached"}
-        if not renewed:
-            rows = [r.question.question_id for r in b.rows if row_pending(r)]
-            lease = deps.after(timedelta(seconds=timeout) + deps.settings.waiter_lease_margin)
-            try:
-                session = deps.store.renew_waiter(session.id, b.id, rows, until=lease, at=deps.now())
-                renewed = True
-                continue
-            except ConditionFailed:
-                pass
-        if waited >= timeout:
-            return 200, {"state": "pending"}
-        deps.sleep(deps.settings.poll_interval)
-        waited += deps.settings.poll_interval
-        fresh = deps.store.get_session(session.id)
-        if fresh is None:
-            raise NotFound("clarification not found")
-        session = fresh
+        return _waiter_view(deps, current, found)
+    return poll(deps, probe, timeout) or (200, {"state": "pending"})
+
+
+def _waiter_view(deps: Deps, session: Session, b: Bundle) -> tuple[int, dict[str, Any]] | None:
+    """What the waiter learns now: a live claim to confirm, the end of its wait, or nothing yet (None)."""
+    d = b.delivery
+    if d is not None and d.pending and d.mode == "live":
+        return 200, {"state": d.outcome, "response": outcome_payload(b), "delivery_id": d.delivery_id}
+    if not bundle_is_active(session, b):
+        return 410, {"state": "inactive", "reason": inactive(session, b, deps.now()).details.get("reason")}
+    if clarify.is_detached(b, deps.now()):
+        return 410, {"state": "inactive", "reason": "detached"}
+    return None
 
 
 def confirm(deps: Deps, caller: Caller, clarification_id: str, command: Confirm) -> dict[str, Any]:

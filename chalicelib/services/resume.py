@@ -1,20 +1,26 @@
 """A detached affirmative answer resumes the agent exactly once.
 
-claim + reserve (write 1) → mark attempted: the successor becomes current (write 2, the at-most-once
-boundary) → agentctl (bounded) → acknowledge: clear the recovery metadata and retire the intent (write 3);
-removing the reservation is what publishes the successor's turn.started through the stream.
-A failure before the marker rolls back and the answer stays retryable; after agentctl accepted, nothing
-reopens the answer.
+claim + reserve (one write; or a live claim nobody confirmed falls through to this) → mark attempted: the
+successor becomes current (the at-most-once boundary) → agentctl (bounded) → on acceptance publish the
+successor's turn.started on the event bus while the reservation (the recovery metadata) is still durable →
+acknowledge: clear the reservation and retire the intent. HTTP success needs both the publication and the
+acknowledgement. A failure before the marker rolls back and the answer stays retryable; after agentctl may
+have it, nothing reopens the answer.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from ..agentctl.client import AgentctlAmbiguous, PromptOutcome, PromptRequest
-from ..domain.errors import DispatchAmbiguous, DispatchFailed, DomainError
-from ..domain.model import Bundle, Delivery, Dispatch, Prompt, Reservation, Session
+from ..domain.errors import DispatchAmbiguous, DispatchFailed, DomainError, SessionUnavailable
+from ..domain.model import Bundle, Delivery, Dispatch, Prompt, Reservation, Session, StartEvent, Turn
+from ..domain.public import clarification_view
 from ..domain.respond import Outcome, summary_text
 from .deps import Deps
+from .events import emit_for, turn_completed, turn_started
+from .projection import refresh_task_summary
+from .publication import publish_now
 from .results import Responded
 
 log = logging.getLogger(__name__)
@@ -24,70 +30,170 @@ SYSTEM_AUTHOR = "system:clarification"
 
 def respond_detached(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome, rows: list[str],
                      key: str) -> Responded:
-    now, turn = deps.now(), session.current_turn
-    assert turn is not None
+    """Claim the rows and reserve the successor in one write, then resume."""
+    reservation = _reservation(deps, session, bundle, rows)
+    delivery = Delivery(deps.new_id(), tuple(rows), outcome.status, "detached", deps.now(), reservation.deadline,
+                        key, outcome.fingerprint)
     responses = {q: outcome.response_for(q) for q in rows}
-    reservation = Reservation(turn_id=deps.new_id(), seq=session.turn_seq + 1, predecessor=turn,
-                              bundle_id=bundle.id, bundle_turn_id=bundle.turn_id, row_ids=tuple(rows),
-                              generation=session.generation + 1, created_at=now, deadline=deps.deadline())
-    delivery = Delivery(deps.new_id(), tuple(rows), outcome.status, "detached", now, reservation.deadline, key,
-                        outcome.fingerprint)
     session = deps.store.claim(session.id, bundle.id, responses, status=outcome.status, delivery=delivery,
-                               reservation=reservation, at=now)
+                               reservation=reservation, at=deps.now())
+    return resume(deps, session, bundle, reservation, delivery)
+
+
+def fall_through(deps: Deps, session: Session, bundle: Bundle, delivery: Delivery) -> Responded:
+    """A live claim nobody confirmed: the same claim becomes detached with a reserved successor (one write,
+    racing the waiter's confirmation), then the agent is resumed exactly once."""
+    reservation = _reservation(deps, session, bundle, list(delivery.row_ids))
+    session = deps.store.fall_through(session.id, bundle.id, delivery.delivery_id, reservation, at=deps.now())
+    return resume(deps, session, bundle, reservation, replace(delivery, mode="detached",
+                                                              deadline=reservation.deadline))
+
+
+def _reservation(deps: Deps, session: Session, bundle: Bundle, rows: list[str]) -> Reservation:
+    turn = session.current_turn
+    assert turn is not None
+    return Reservation(turn_id=deps.new_id(), seq=session.turn_seq + 1, predecessor=turn, bundle_id=bundle.id,
+                       bundle_turn_id=bundle.turn_id, row_ids=tuple(rows), generation=session.generation + 1,
+                       created_at=deps.now(), deadline=deps.deadline())
+
+
+def resume(deps: Deps, session: Session, bundle: Bundle, reservation: Reservation, delivery: Delivery) -> Responded:
+    """From a claim with its reservation: mark attempted, call agentctl once, publish, acknowledge."""
+    stored = session.bundle(bundle.id) or bundle
+    responses = {r.question.question_id: dict(r.response) for r in stored.rows
+                 if r.question.question_id in reservation.row_ids and r.response is not None}
     prompt = Prompt(message_id=deps.new_id(), client_message_id=f"resume-{delivery.delivery_id}",
                     turn_id=reservation.turn_id, content=summary_text(bundle, responses), author_id=SYSTEM_AUTHOR,
-                    created_at=now, generation=reservation.generation, dispatch=Dispatch.ATTEMPTED,
+                    created_at=deps.now(), generation=reservation.generation, dispatch=Dispatch.ATTEMPTED,
                     deadline=reservation.deadline)
     try:
         session = deps.store.mark_attempted(session.id, reservation, prompt, at=deps.now())
     except Exception as exc:
         # No marker, no dispatch. Undo in its own bounded loop, whatever happened to the request.
-        rollback(deps, session.id, reservation, bundle.id, delivery, outcome.status)
-        raise DispatchFailed("the agent could not be resumed; the answer was kept pending, retry") from exc
-    attempted = Reservation(**{**reservation.__dict__, "attempted": True})
+        raise _handed_back(deps, session.id, reservation, bundle.id, delivery,
+                           "the agent could not be resumed; the answer was kept pending, retry") from exc
+    attempted = replace(reservation, attempted=True)
     request = PromptRequest(session_id=session.id, execution_id=session.execution_id,
                             prompt_generation=prompt.generation, turn_id=prompt.turn_id, text=prompt.content,
                             agent_token=deps.agent_token(session.workspace_id, session.id))
     try:
         result = deps.agentctl.prompt(request)
     except AgentctlAmbiguous as exc:
-        _finish(deps, session.id, attempted, bundle.id, delivery, "ambiguous", Dispatch.ATTEMPTED)
+        recover(deps, session, attempted, delivery.delivery_id, "ambiguous")
         raise DispatchAmbiguous("the agent may have received the answer; it will not be sent again") from exc
     if result is PromptOutcome.REJECTED:
-        rollback(deps, session.id, attempted, bundle.id, delivery, outcome.status)
-        raise DispatchFailed("the agent did not accept the answer; it was kept pending, retry")
+        raise _handed_back(deps, session.id, attempted, bundle.id, delivery,
+                           "the agent did not accept the answer; it was kept pending, retry")
+    successor = session.current_turn
+    assert successor is not None and successor.id == attempted.turn_id
+    try:
+        # The bus must accept turn.started while the recovery metadata is still durable.
+        published = publish_now(deps, [turn_started(session, successor)])
+    except DomainError:
+        published = False
+    if not published:
+        raise DispatchAmbiguous("the agent accepted the answer, but its turn could not be announced yet; it will "
+                                "be, and the answer will not be sent again")
     try:
         deps.store.finish_reservation(session.id, attempted, bundle_id=bundle.id, delivery_id=delivery.delivery_id,
                                       result="resumed", dispatch=Dispatch.ACCEPTED, at=deps.now())
     except DomainError as exc:
-        # Accepted but not finalised: never reopen; the reconciler replaces the reservation by the outbox.
+        # Accepted but not acknowledged: never reopen; the reconciler replaces the reservation by the outbox.
         raise DispatchAmbiguous("the agent accepted the answer, but finalising failed") from exc
-    return Responded(bundle.id, outcome.status, "resumed")
+    return Responded(bundle.id, delivery.outcome, "resumed")
 
 
-def rollback(deps: Deps, session_id: str, reservation: Reservation, bundle_id: str, delivery: Delivery,
-             outcome: str) -> bool:
-    """Undo a reservation and restore exactly its claimed rows. Bounded; False if it could not."""
+def _handed_back(deps: Deps, session_id: str, reservation: Reservation, bundle_id: str, delivery: Delivery,
+                 message: str) -> DomainError:
+    """Roll the claim back and publish the restored rows at once: the retryable error to raise. When it cannot
+    be rolled back (the session ended or moved on meanwhile) the answer stays recorded, nothing is resumed,
+    and the error says so."""
+    restored = rollback(deps, session_id, reservation, bundle_id, delivery)
+    if restored is not None:
+        summary_error = publish_restored(deps, restored, bundle_id, list(reservation.row_ids))
+        return DispatchFailed(message, restored=True, **({"summary_error": summary_error} if summary_error else {}))
+    session = deps.store.get_session(session_id)
+    if session is not None and session.terminal:
+        return SessionUnavailable(f"the session ended ({session.state.value}) while the answer was delivered; "
+                                  "it was recorded, and the agent was not resumed")
+    return DispatchAmbiguous("the answer could not be handed back for a retry; it will not be sent again")
+
+
+def rollback(deps: Deps, session_id: str, reservation: Reservation, bundle_id: str,
+             delivery: Delivery) -> Session | None:
+    """Undo a reservation and restore exactly its claimed rows. Bounded; None if it could not (the session
+    ended or the reservation is gone)."""
+    restored = None
     for _ in range(ROLLBACK_ATTEMPTS):
         try:
-            deps.store.restore_claim(session_id, bundle_id, delivery.delivery_id, list(reservation.row_ids),
-                                     outcome=outcome, detach=False, at=deps.now(), reservation=reservation)
-            return True
+            restored = deps.store.restore_claim(session_id, bundle_id, delivery.delivery_id,
+                                                list(reservation.row_ids), outcome=delivery.outcome, detach=False,
+                                                at=deps.now(), reservation=reservation)
+            break
         except DomainError as exc:
             current = deps.store.get_session(session_id)
             if current is None or current.reservation is None or current.reservation.turn_id != reservation.turn_id:
                 log.warning("rollback of %s found nothing to undo: %s", reservation.turn_id, exc)
-                return False
+                return None
+            if current.terminal:
+                log.warning("rollback of %s: the session ended meanwhile", reservation.turn_id)
+                return None
             reservation = current.reservation
-    log.error("rollback of reservation %s failed; the reconciler will repair it", reservation.turn_id)
-    return False
+    if restored is None:
+        log.error("rollback of reservation %s failed; the reconciler will repair it", reservation.turn_id)
+    return restored
 
 
-def _finish(deps: Deps, session_id: str, reservation: Reservation, bundle_id: str, delivery: Delivery,
-            result: str, dispatch: Dispatch) -> None:
+def publish_restored(deps: Deps, session: Session, bundle_id: str, rows: list[str]) -> str | None:
+    """Restored rows are published after the commit even if the summary refresh fails (then reported)."""
+    bundle = session.bundle(bundle_id)
+    if bundle is not None:
+        emit_for(deps, session, f"message.updated:{bundle_id}:{session.version}", "message.updated",
+                 session.updated_at, {**clarification_view(session, bundle, now=session.updated_at),
+                                      "changed_question_ids": rows})
     try:
-        deps.store.finish_reservation(session_id, reservation, bundle_id=bundle_id,
-                                      delivery_id=delivery.delivery_id, result=result, dispatch=dispatch,
-                                      at=deps.now())
+        refresh_task_summary(deps, session.task_id, fresh=session)
+    except Exception as exc:  # durable pending state is authoritative; the retry stays safe
+        log.warning("summary refresh after restore of %s failed: %s", bundle_id, exc)
+        return str(exc)
+    return None
+
+
+def recover(deps: Deps, session: Session, reservation: Reservation, delivery_id: str, result: str) -> Session:
+    """An attempted reservation whose outcome is known (ambiguous, or accepted but not acknowledged): replace
+    it by the start-event outbox marker (the successor and the terminal claim stay), then publish the
+    successor's turn events and clear the marker. A bus that does not accept leaves the marker for the next
+    reconciler run. Returns the session as last written."""
+    successor = Turn(reservation.turn_id, reservation.seq, session.current_turn.started_at
+                     if session.current_turn and session.current_turn.id == reservation.turn_id else deps.now())
+    marker = StartEvent(successor.id, successor.seq, successor.started_at)
+    try:
+        session = deps.store.to_start_event(session.id, reservation, marker, bundle_id=reservation.bundle_id,
+                                            delivery_id=delivery_id, result=result, at=deps.now())
     except DomainError as exc:
-        log.warning("finalising reservation %s failed (the reconciler will): %s", reservation.turn_id, exc)
+        log.warning("replacing reservation %s by its outbox marker failed (the reconciler will): %s",
+                    reservation.turn_id, exc)
+        return session
+    replay_start_event(deps, session)
+    return deps.store.get_session(session.id) or session
+
+
+def replay_start_event(deps: Deps, session: Session) -> bool:
+    """Publish the marker's turn.started, then turn.completed when the turn already completed; clear the
+    marker only once the bus accepted every one. False: the marker stays for the next attempt."""
+    marker = session.start_event
+    if marker is None:
+        return True
+    turn = Turn(marker.turn_id, marker.seq, marker.started_at)
+    events = [turn_started(session, turn)]
+    current = session.current_turn
+    if current is not None and current.id == marker.turn_id and current.completed_at:
+        events.append(turn_completed(session, turn, current.completed_at))
+    try:
+        if not publish_now(deps, events):
+            return False
+        deps.store.clear_start_event(session.id, marker.turn_id, deps.now())
+    except DomainError as exc:
+        log.warning("start event of %s not published yet: %s", marker.turn_id, exc)
+        return False
+    return True

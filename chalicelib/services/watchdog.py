@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 
 from ..agentctl.client import AgentctlAmbiguous, CancelRequest
+from ..domain.commands import Frame
 from ..domain.errors import ConditionFailed, DomainError
-from ..domain.model import Dispatch, Prompt, Session
+from ..domain.model import Dispatch, Prompt, Session, Watchdog
 from .deps import Deps
 from .dispatch import dispatch_prompt
 from .resume import SYSTEM_AUTHOR
@@ -15,7 +16,9 @@ log = logging.getLogger(__name__)
 
 
 def turn_still_current(session: Session, turn_id: str) -> bool:
-    return not session.terminal and session.current_turn is not None and session.current_turn.id == turn_id
+    """The clarification's turn is still the open current turn of a live session: a re-prompt may go there."""
+    turn = session.current_turn
+    return not session.terminal and turn is not None and turn.id == turn_id and turn.open
 
 
 def fire(deps: Deps, session: Session) -> bool:
@@ -53,6 +56,13 @@ def _disarm(deps: Deps, session: Session, clarification_id: str) -> None:
         deps.store.clear_watchdog(session.id, clarification_id, deps.now())
     except ConditionFailed:
         pass
+
+
+def own_cancel_ack(w: Watchdog, frame: Frame) -> bool:
+    """The acknowledgement of the cancellation the fallback itself sent: the captured execution and prompt
+    generation, and a cancel_ack. It alone does not count as the agent's activity."""
+    return frame.type == "cancel_ack" and frame.execution_id == w.execution_id \
+        and frame.prompt_generation == w.prompt_generation
 
 
 def on_activity(deps: Deps, session: Session) -> Session:

@@ -19,6 +19,7 @@ from ..domain.model import (
     Reservation,
     Row,
     Session,
+    StartEvent,
     State,
     StatusSummary,
     Task,
@@ -167,6 +168,16 @@ def reservation_from_item(item: Mapping[str, Any] | None) -> Reservation | None:
                        attempted=flag(item.get("attempted", False)))
 
 
+def start_event_to_item(m: StartEvent) -> dict[str, Any]:
+    return {"turn_id": m.turn_id, "seq": m.seq, "started_at": m.started_at}
+
+
+def start_event_from_item(item: Mapping[str, Any] | None) -> StartEvent | None:
+    if not item or not item.get("turn_id"):
+        return None
+    return StartEvent(turn_id=item["turn_id"], seq=int(item.get("seq", 0)), started_at=item.get("started_at", ""))
+
+
 def watchdog_to_item(w: Watchdog) -> dict[str, Any]:
     return {"clarification_id": w.clarification_id, "turn_id": w.turn_id, "execution_id": w.execution_id,
             "prompt_generation": w.prompt_generation, "due": w.due, "text": w.text}
@@ -211,6 +222,7 @@ def session_from_item(item: Mapping[str, Any]) -> Session:
         bundles=tuple(sorted((bundle_from_item(bid, b) for bid, b in bundles.items()),
                              key=lambda b: (b.created_at, b.id))),
         reservation=reservation_from_item(item.get("reservation")),
+        start_event=start_event_from_item(item.get("start_event")),
         watchdog=watchdog_from_item(item.get("watchdog")),
         recon_due=item.get("recon_due") or None,
         queue=tuple(p for p in (prompt_from_item(q) for q in item.get("queue") or []) if p is not None),
@@ -231,6 +243,8 @@ def session_to_item(s: Session) -> dict[str, Any]:
         item["prompt"] = prompt_to_item(s.prompt)
     if s.reservation:
         item["reservation"] = reservation_to_item(s.reservation)
+    if s.start_event:
+        item["start_event"] = start_event_to_item(s.start_event)
     if s.watchdog:
         item["watchdog"] = watchdog_to_item(s.watchdog)
     item["queue"] = [prompt_to_item(p) for p in s.queue]

@@ -118,6 +118,11 @@ def reservation_unattempted() -> Clause:
     return Not(OneOf(("reservation", "attempted"), TRUTHY))
 
 
+def start_event_is(turn_id: str) -> Clause:
+    """Only the outbox marker the caller published is cleared."""
+    return Equals(("start_event", "turn_id"), turn_id)
+
+
 def prompt_in(message_id: str, dispatch: str) -> Clause:
     """Dispatch markers move forward only, and only for the prompt the caller handled."""
     return all_of((Equals(("prompt", "message_id"), message_id), Equals(("prompt", "dispatch"), dispatch)))

@@ -17,6 +17,7 @@ from ..domain.model import (
     Prompt,
     Reservation,
     Session,
+    StartEvent,
     State,
     Task,
     Turn,
@@ -106,7 +107,18 @@ class Store(Protocol):
                          watchdog: Watchdog | None, at: str) -> Session: ...
     def restore_claim(self, session_id: str, bundle_id: str, delivery_id: str, row_ids: Sequence[str], *,
                       outcome: str, detach: bool, at: str, reservation: Reservation | None = None) -> Session: ...
+    def fall_through(self, session_id: str, bundle_id: str, delivery_id: str, reservation: Reservation, *,
+                     at: str) -> Session:
+        """An unconfirmed live claim continues as a detached claim with a reserved successor (one write)."""
+        ...
+
     def mark_attempted(self, session_id: str, reservation: Reservation, prompt: Prompt, *, at: str) -> Session: ...
+    def to_start_event(self, session_id: str, reservation: Reservation, marker: StartEvent, *, bundle_id: str,
+                       delivery_id: str, result: str, at: str) -> Session:
+        """Replace an attempted reservation by the start-event outbox marker, retiring the intent."""
+        ...
+
+    def clear_start_event(self, session_id: str, turn_id: str, at: str) -> Session: ...
     def finish_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
                            result: str, dispatch: Dispatch, at: str) -> Session: ...
     def retire_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,

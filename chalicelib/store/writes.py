@@ -10,7 +10,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..domain.errors import ConditionFailed
-from ..domain.model import Bundle, Delivery, Dispatch, Prompt, Reservation, Session, State, Task, Turn, Watchdog
+from ..domain.model import (
+    Bundle,
+    Delivery,
+    Dispatch,
+    Prompt,
+    Reservation,
+    Session,
+    StartEvent,
+    State,
+    Task,
+    Turn,
+    Watchdog,
+)
 from . import codec
 from . import conditions as c
 from .document import Append, Change, Clause, Drop, Equals, Exists, Increment, Not, Put, Write
@@ -50,9 +62,11 @@ class _Builder:
         return self
 
     def complete(self, turn_id: str, from_state: State, to_state: State, at: str) -> _Builder:
-        """Complete `turn_id` only while it is the open current turn and the session is in `from_state`."""
+        """Complete `turn_id` only while it is the open current turn and the session is in `from_state`.
+        A completed turn is the agent's activity and takes no re-prompt: its watchdog goes with it."""
         self.require(c.turn_is(turn_id), c.turn_open(), c.state_is(from_state))
-        return self.put(("current_turn", "completed_at"), at).put(("state",), to_state.value)
+        self.put(("current_turn", "completed_at"), at).put(("state",), to_state.value)
+        return self.drop(("watchdog",))
 
     def start(self, turn: Turn, state: State) -> _Builder:
         self.put(("current_turn",), codec.turn_to_item(turn)).put(("turn_seq",), turn.seq)
@@ -247,6 +261,19 @@ class ConditionalWrites:
                 w.put(_row(bundle_id, q, "agent_disconnected"), True)
         return self._commit(session_id, w.drop(_delivery(bundle_id)).done(at))
 
+    def fall_through(self, session_id: str, bundle_id: str, delivery_id: str, reservation: Reservation, *,
+                     at: str) -> Session:
+        """A live claim nobody confirmed continues as a detached one: the same claim, its rows detached, and
+        a reserved successor, in one write. It races the waiter's confirmation on the same unconfirmed claim,
+        so exactly one of them wins; it needs the claim's turn current and the session live."""
+        w = _Builder().require(c.delivery_unconfirmed(bundle_id, delivery_id), c.bundle_current(bundle_id),
+                               c.not_terminal(), c.no_reservation())
+        for q in reservation.row_ids:
+            w.require(c.row_has_status(bundle_id, q, "answered")).put(_row(bundle_id, q, "agent_disconnected"), True)
+        w.put(_delivery(bundle_id, "mode"), "detached").put(_delivery(bundle_id, "deadline"), reservation.deadline)
+        w.put(("reservation",), codec.reservation_to_item(reservation))
+        return self._commit(session_id, w.deadline(reservation.deadline).done(at))
+
     def mark_attempted(self, session_id: str, reservation: Reservation, prompt: Prompt, *, at: str) -> Session:
         """The at-most-once boundary: from this write on the successor is the current turn."""
         w = _Builder().require(c.reservation_is(reservation.turn_id), c.reservation_unattempted(),
@@ -264,15 +291,30 @@ class ConditionalWrites:
         w.put(_delivery(bundle_id, "result"), result).put(("prompt", "dispatch"), dispatch.value)
         return self._commit(session_id, w.done(at))
 
+    def to_start_event(self, session_id: str, reservation: Reservation, marker: StartEvent, *, bundle_id: str,
+                       delivery_id: str, result: str, at: str) -> Session:
+        """Recovery of an attempted reservation: replace it by the start-event outbox marker and retire the
+        intent, in one write (the claim stays terminal; the successor stays current)."""
+        w = _Builder().require(c.reservation_is(reservation.turn_id), c.delivery_is(bundle_id, delivery_id))
+        w.drop(("reservation",)).put(("start_event",), codec.start_event_to_item(marker))
+        w.put(_delivery(bundle_id, "confirmed_at"), at).put(_delivery(bundle_id, "result"), result)
+        w.put(("prompt", "dispatch"), Dispatch.ATTEMPTED.value)
+        return self._commit(session_id, w.deadline(at).done(at))
+
+    def clear_start_event(self, session_id: str, turn_id: str, at: str) -> Session:
+        """The bus accepted every event of the marker's turn: the marker goes."""
+        return self._commit(session_id, _Builder().require(c.start_event_is(turn_id)).drop(("start_event",))
+                            .done(at))
+
     # ------------------------------------------------------------ watchdog and reconciler bookkeeping
     def clear_watchdog(self, session_id: str, clarification_id: str, at: str) -> Session:
         return self._commit(session_id, _Builder().require(c.watchdog_for(clarification_id)).drop(("watchdog",))
                             .done(at))
 
     def admit_watchdog_prompt(self, session_id: str, watchdog: Watchdog, prompt: Prompt, *, at: str) -> Session:
-        """Serialized admission: the watchdog must still be armed and its turn still current."""
+        """Serialized admission: the watchdog must still be armed and its turn still current and open."""
         w = _Builder().require(c.watchdog_for(watchdog.clarification_id), c.turn_is(watchdog.turn_id),
-                               c.not_terminal())
+                               c.turn_open(), c.not_terminal())
         w.drop(("watchdog",)).put(("state",), State.RUNNING.value).prompt(prompt)
         return self._commit(session_id, w.done(at))
 

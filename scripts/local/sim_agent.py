@@ -10,6 +10,7 @@ script, chosen by bracket tags in the prompt text, against the backend's agent r
     [ask] [ask:N]  ask a bundle of N questions (default 1), wait for the answer, confirm it, report it
     [wait:S]     wait budget for [ask] (default 120 s); when it runs out the agent detaches
     [disconnect] after asking, vanish without detaching
+    [nowait]     ask and never wait, as an agent that dies before its first wait (the ask's lease lapses)
     [fail]       post a FAILED state frame instead of the final message
 
 A steer (POST /steer) is accepted while a script runs for the session and only recorded. With --record
@@ -105,7 +106,7 @@ class Directives:
 
 
 _TAG = re.compile(r"\[([A-Za-z_]+)(?::([^\[\]]*))?\]")
-_FLAG_TAGS = frozenset({"reject", "hang", "think", "disconnect", "fail"})
+_FLAG_TAGS = frozenset({"reject", "hang", "think", "disconnect", "nowait", "fail"})
 
 
 def parse_directives(text: str) -> Directives:
@@ -121,6 +122,9 @@ def parse_directives(text: str) -> Directives:
         return ""
 
     clean = _TAG.sub(take, text).strip()
+    if found.pop("nowait", False):  # another name for the same script: ask, then never wait
+        found["disconnect"] = True
+        found.setdefault("ask", 1)
     return Directives(text=clean, **found)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chalicelib.domain.errors import ConditionFailed
-from chalicelib.domain.model import Dispatch, Session, State, Turn
+from chalicelib.domain.model import Dispatch, Session, StartEvent, State, Turn
 from chalicelib.store import codec
 from chalicelib.store.writes import ConditionalWrites
 from tests.contract.builders import (
@@ -214,6 +214,29 @@ CASES = [
                                         reservation=reservation(b1(s), attempted=True)),
          lambda s: s.reservation is None and s.current_turn == T1 and s.state == State.WAITING_FOR_INPUT
          and s.generation == 3),
+    Case("fall_through", claimed,
+         lambda st, s: st.fall_through(s.id, b1(s), "d1", reservation(b1(s)), at=AT),
+         lambda s: s.reservation == reservation(s.bundles[0].id) and s.bundles[0].delivery is not None
+         and (s.bundles[0].delivery.mode, s.bundles[0].delivery.deadline) == ("detached", LATER)
+         and {v[:2] for v in rows_of(s, b1(s)).values()} == {("answered", True)}),
+    Case("fall_through/the waiter confirmed first",
+         lambda sid: replace(claimed(sid), bundles=(replace(claimed(sid).bundles[0],
+                                                            delivery=replace(delivery(), confirmed_at=AT)),)),
+         lambda st, s: st.fall_through(s.id, b1(s), "d1", reservation(b1(s)), at=AT), None),
+    Case("fall_through/turn moved on", lambda sid: replace(claimed(sid), current_turn=T2, turn_seq=2),
+         lambda st, s: st.fall_through(s.id, b1(s), "d1", reservation(b1(s)), at=AT), None),
+    Case("to_start_event", lambda sid: reserved(sid, attempted=True),
+         lambda st, s: st.to_start_event(s.id, reservation(b1(s), attempted=True), StartEvent("t2", 2, AT),
+                                         bundle_id=b1(s), delivery_id="d1", result="ambiguous", at=AT),
+         lambda s: s.reservation is None and s.start_event == StartEvent("t2", 2, AT) and s.recon_due == AT
+         and s.bundles[0].delivery is not None and s.bundles[0].delivery.result == "ambiguous"),
+    Case("to_start_event/another reservation", lambda sid: reserved(sid, attempted=True),
+         lambda st, s: st.to_start_event(s.id, reservation(b1(s), "t9", attempted=True), StartEvent("t9", 2, AT),
+                                         bundle_id=b1(s), delivery_id="d1", result="ambiguous", at=AT), None),
+    Case("clear_start_event", lambda sid: session(sid, start_event=StartEvent("t1", 1, AT)),
+         lambda st, s: st.clear_start_event(s.id, "t1", AT), lambda s: s.start_event is None),
+    Case("clear_start_event/another turn", lambda sid: session(sid, start_event=StartEvent("t1", 1, AT)),
+         lambda st, s: st.clear_start_event(s.id, "t0", AT), None),
     Case("mark_attempted", reserved,
          lambda st, s: st.mark_attempted(s.id, reservation(b1(s)), prompt(dispatch=Dispatch.ATTEMPTED), at=AT),
          lambda s: s.reservation is not None and s.reservation.attempted and s.current_turn == Turn("t2", 2, AT)

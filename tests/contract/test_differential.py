@@ -10,14 +10,14 @@ from typing import Any
 
 from chalicelib.domain import clarify
 from chalicelib.domain.errors import DomainError
-from chalicelib.domain.model import Dispatch, Session, State, Turn
+from chalicelib.domain.model import Dispatch, Session, StartEvent, State, Turn
 from chalicelib.store.dynamo import DynamoStore
 from chalicelib.store.memory import MemoryStore
 from chalicelib.store.protocol import Remembered
 from chalicelib.store.writes import ConditionalWrites
 from tests.contract.builders import answers, bundle, delivery, prompt, reservation, row, session, watchdog
 
-SEQUENCES, STEPS = 10, 40
+SEQUENCES, STEPS = 14, 40
 ALL = tuple(State)
 LIVE = tuple(s for s in State if s not in (State.COMPLETED, State.FAILED, State.CANCELLED))
 Op = tuple[str, dict[str, Any]]
@@ -70,7 +70,8 @@ class Generator:
                                    at=at)),
             lambda: ("confirm_delivery", dict(bundle_id=b.id if b else "x",
                                               delivery_id=d.delivery_id if d and not wrong else "d0",
-                                              result="live", watchdog=r.choice([None, watchdog(b.id if b else "x")]),
+                                              result="live", watchdog=r.choice([None, watchdog(b.id if b else "x",
+                                                                                  turn.id if turn else "t1")]),
                                               at=at)),
             lambda: ("restore_claim", dict(bundle_id=b.id if b else "x", delivery_id=d.delivery_id if d else "d0",
                                            row_ids=list(d.row_ids) if d else ["q1"], outcome="answered",
@@ -82,8 +83,18 @@ class Generator:
                                                 bundle_id=s.reservation.bundle_id if s.reservation else "x",
                                                 delivery_id=d.delivery_id if d else "d0", result="resumed",
                                                 dispatch=Dispatch.ACCEPTED, at=at)),
+            lambda: ("fall_through", dict(bundle_id=b.id if b else "x", delivery_id=d.delivery_id if d else "d0",
+                                          reservation=reservation(b.id if b else "x", f"t{self.n}"), at=at)),
+            lambda: ("to_start_event", dict(reservation=s.reservation or reservation("x"),
+                                            marker=StartEvent(s.reservation.turn_id if s.reservation else "t0", 2,
+                                                              at),
+                                            bundle_id=s.reservation.bundle_id if s.reservation else "x",
+                                            delivery_id=d.delivery_id if d else "d0", result="ambiguous", at=at)),
+            lambda: ("clear_start_event", dict(turn_id=s.start_event.turn_id if s.start_event else "t0", at=at)),
             lambda: ("set_dispatch", dict(message_id=s.prompt.message_id if s.prompt else "m0",
-                                          expect=r.choice(list(Dispatch)), to=r.choice(list(Dispatch)), at=at,
+                                          expect=(s.prompt.dispatch if s.prompt and r.random() < .7
+                                                  else r.choice(list(Dispatch))),
+                                          to=r.choice(list(Dispatch)), at=at,
                                           deadline=r.choice([None, _stamp(self.n + 60)]),
                                           close_turn_id=r.choice([None, turn.id if turn else None]))),
             lambda: ("clear_watchdog", dict(clarification_id=s.watchdog.clarification_id if s.watchdog else "x",
@@ -111,9 +122,15 @@ class Generator:
         if d is not None and d.confirmed_at is None:
             favoured |= {"confirm_delivery", "restore_claim"}
         if s.reservation is not None:
-            favoured |= {"mark_attempted", "finish_reservation", "restore_claim"}
+            favoured |= {"mark_attempted", "finish_reservation", "restore_claim", "to_start_event"}
+        if s.start_event is not None:
+            favoured |= {"clear_start_event"}
+        if d is not None and d.confirmed_at is None and d.mode == "live":
+            favoured |= {"fall_through"}
         if s.watchdog is not None:
             favoured |= {"clear_watchdog", "admit_watchdog_prompt"}
+        if s.prompt is not None:
+            favoured |= {"set_dispatch"}
         if s.queue:
             favoured |= {"start_from_queue", "complete_turn"}
         if pending:

@@ -6,8 +6,9 @@ wait on conditions (the agent going idle, a transcript state), never on a clock.
 """
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import requests
@@ -16,20 +17,9 @@ from chalicelib import bootstrap
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.support.flow import ApiClient
+from tests.support.wait import eventually
 
 T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], timeout: float = 15.0, what: str = "condition") -> T:
-    """Poll `probe` until it returns something truthy (a condition, not a fixed delay)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Client:
@@ -161,3 +151,50 @@ def test_ask__agent_gives_up_waiting_then_the_user_answers__agent_resumed_exactl
     assert [m["turn_id"] for m in echo] == [resumed_turn]
     turns = user.get(f"/sessions/{sid}/turns").json()["turns"]
     assert [t["id"] for t in turns] == [asked_in, resumed_turn] and all(t["completed_at"] for t in turns)
+
+
+@contextmanager
+def confirm_wait(seconds: float) -> Iterator[None]:
+    real = bootstrap.deps()
+    bootstrap.override(dataclasses.replace(real, settings=dataclasses.replace(real.settings, confirm_wait=seconds)))
+    try:
+        yield
+    finally:
+        bootstrap.override(real)
+
+
+def test_ask_and_never_wait__answered__one_resume_turn_and_200(stack: LocalStack, sim: SimAgent,
+                                                               user: ApiClient) -> None:
+    """The agent asks and dies before its first wait: the answer is not stranded; the same request resumes
+    the agent exactly once."""
+    c = Client(stack, sim, user)
+    sid = c.start("[nowait] plan the migration")
+    cid = c.question(sid, "active_live")["clarification_id"]  # within the ask's lease: it still looks live
+    assert sim.wait_idle(15)
+
+    with confirm_wait(1.0):
+        resp = c.respond(cid, {"answers": [{"question_id": "q1", "selected_options": ["b"]}]})
+
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"clarification_id": cid, "status": "answered", "delivery": "resumed"}
+    prompts = c.log(sid, "prompt")
+    assert len(prompts) == 2 and "You previously asked the user" in prompts[1]["text"]  # one resume, once
+    assert sim.wait_idle(15)
+    assert c.posted(sid)[-2][0] == "message" and c.posted(sid)[-1][0] == "turn_completed"  # it carried on
+    assert c.session(sid)["state"] == "IDLE"
+
+
+def test_ask_and_never_wait__skipped__recorded_and_no_resume(stack: LocalStack, sim: SimAgent,
+                                                              user: ApiClient) -> None:
+    c = Client(stack, sim, user)
+    sid = c.start("[nowait] plan the migration")
+    cid = c.question(sid, "active_live")["clarification_id"]
+    assert sim.wait_idle(15)
+
+    with confirm_wait(1.0):
+        resp = c.respond(cid, {"rejected": True})
+
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"clarification_id": cid, "status": "rejected", "delivery": "recorded"}
+    assert len(c.log(sid, "prompt")) == 1  # nothing resumed
+    assert c.question(sid, "rejected")["answerable"] is False

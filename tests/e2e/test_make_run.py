@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from scripts.local.emulator import EmulatorThread
+from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,16 +72,6 @@ def shared_emulator() -> Iterator[EmulatorThread]:
     emu = EmulatorThread(port=free_port()).start()
     yield emu
     emu.stop()
-
-
-def eventually(check: Any, timeout: float = 20.0) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.25)
-    raise AssertionError("condition not met in time")
 
 
 def test_make_run__message__agent_reply_events_and_clean_stop(shared_emulator: EmulatorThread) -> None:

@@ -77,11 +77,13 @@ def test_answered_detached_question__each_event_on_the_bus_once__even_after_rede
         assert envelope["detail"] == as_bus_detail(feed[envelope["detail"]["id"]])
     types = Counter(e["detail-type"] for e in delivered)
     assert {t: n for t, n in types.items() if t != "session.updated"} == {
-        "task.created": 1, "task.status_summary.updated": 1, "turn.started": 2, "message.added": 2,
-        "message.updated": 2}
+        "task.created": 1, "task.status_summary.updated": 1, "turn.started": 2, "turn.completed": 1,
+        "message.added": 2, "message.updated": 2}
     started = {e["detail"]["payload"]["turn_id"] for e in delivered if e["detail-type"] == "turn.started"}
     current = flow.stored(sid).current_turn
     assert current is not None and current.id in started  # the question's turn, and the successor it resumed
+    [closed] = [e["detail"]["payload"] for e in delivered if e["detail-type"] == "turn.completed"]
+    assert closed["turn_id"] != current.id and closed["turn_id"] in started and closed["abandoned"] is True
     updates = [e["detail"]["payload"] for e in delivered if e["detail-type"] == "message.updated"]
     assert sorted(u["state"] for u in updates) == ["active_detached", "answered"]
     assert {u["clarification_id"] for u in updates} == {cid}

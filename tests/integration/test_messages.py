@@ -11,6 +11,7 @@ import itertools
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import requests
 
 from chalicelib import bootstrap
 from chalicelib.domain.model import State
+from chalicelib.domain.time import iso
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack, make_pump
 from tests.support.flow import Flow, answer, error
@@ -167,6 +169,8 @@ def test_drain__live_clarification__blocks_the_queue_until_it_is_detached(flow: 
     flow.store.complete_turn(sid, s.current_turn.id, from_state=s.state, to_state=s.state,
                              at=bootstrap.deps().now())
     later = (bootstrap.deps().settings.owner_window.total_seconds()) + 5
+    holds_on = iso(bootstrap.deps().clock() + timedelta(hours=1))  # the waiter keeps renewing its lease
+    flow.raw_update(sid, "SET", ["bundles", cid, "waiter_until"], {"S": holds_on})
 
     blocked = flow.reconcile_later(later, sid)
 

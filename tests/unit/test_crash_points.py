@@ -105,7 +105,7 @@ class World(BaseWorld):
 
     def __init__(self) -> None:
         super().__init__(SessionTap(MemoryStore()), step_ms=1,
-                         settings=Settings(deployment_id="crash-harness", poll_interval=1.0))
+                         settings=Settings(deployment_id="crash-harness"))
         self.sleep_hook: Callable[[float], None] | None = None
         self.deps = replace(self.deps, sleep=self._sleep)
         self.handoffs: list[str] = []  # what live waiters returned to the agent
@@ -117,6 +117,7 @@ class World(BaseWorld):
 
     # -------------------------------------------------------------- plumbing
     def _sleep(self, seconds: float) -> None:
+        self.clock.advance(seconds)
         if self.sleep_hook is not None:
             self.sleep_hook(seconds)
 
@@ -615,9 +616,11 @@ def s_watchdog_due(w: World) -> Ctx:
 def s_watchdog_superseded(w: World) -> Ctx:
     ctx = _bg(w)
     ctx["main"] = w.new_session()
-    ctx["answer"] = w.confirmed_live(ctx["main"])
-    w.complete_turn(ctx["main"])  # turn_completed is not activity: the watchdog stays armed
+    ctx["answer"] = a = w.claimed_live(ctx["main"])
+    w.complete_turn(ctx["main"])  # the turn ends while the live claim is still unconfirmed ...
     w.send(ctx["main"], "something else", "next")
+    assert a.bundle_id is not None
+    w.wait_and_confirm(a.bundle_id)  # ... and the waiter confirms only after a newer turn began
     assert w.get(ctx["main"]).watchdog is not None
     ctx["cancels"] = len(w.agent.cancels)
     w.clock.advance(w.deps.settings.watchdog_timeout.total_seconds() + 5)

@@ -57,7 +57,7 @@ def _ready(w: World, s: Session, **overrides: Any) -> frames.FrameResult:
 def test_ready__reservation_rolls_back_while_it_waits__predecessor_completes_normally(w: World) -> None:
     s, cid = _running_with_detached_question(w)
     reservation, delivery = _reserve(w, s, cid, attempted=False)
-    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery, "answered"))
+    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery))
 
     result = _ready(w, s)
 
@@ -88,7 +88,7 @@ def test_ready__attempted_reservation_rolled_back_while_it_waits__predecessor_ge
     s, cid = _running_with_detached_question(w)
     reservation, delivery = _reserve(w, s, cid, attempted=True)
     assert w.get(s.id).generation == 2
-    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery, "answered"))
+    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery))
 
     result = _ready(w, s)
 
@@ -101,7 +101,7 @@ def test_ready__attempted_reservation_rolled_back_while_it_waits__predecessor_ge
 def test_ready__generationless_frame_overlapping_a_reservation__dropped_even_after_rollback(w: World) -> None:
     s, cid = _running_with_detached_question(w)
     reservation, delivery = _reserve(w, s, cid, attempted=False)
-    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery, "answered"))
+    w.sleeper.at(1, lambda: rollback(w.deps, s.id, reservation, cid, delivery))
 
     result = _ready(w, s, prompt_generation=None, turn_id=None)
 

@@ -174,7 +174,7 @@ def test_wait__claim_unconfirmed__answer_with_delivery_id_and_nothing_confirmed_
 def test_wait__nothing_answered__pending_after_its_timeout(w: World) -> None:
     _, cid = w.waiting()
     assert w.wait(cid, timeout=1) == (200, {"state": "pending"})
-    assert 1.0 <= w.sleeper.slept <= 1.0 + w.deps.settings.poll_interval + 1e-6  # bounded by the timeout
+    assert w.sleeper.slept == pytest.approx(1.0)  # bounded by the timeout in time, not in polls
 
 
 def test_wait__each_poll__renews_the_waiter_lease(w: World) -> None:
@@ -197,57 +197,57 @@ def test_wait__question_superseded__inactive_410(w: World) -> None:
     assert w.wait(cid) == (410, {"state": "inactive", "reason": "superseded"})
 
 
-def test_respond__no_confirmation_within_confirm_wait__claimed_rows_restored_detached_and_retryable(
-        w: World) -> None:
+def test_respond__no_confirmation_within_confirm_wait__same_claim_resumes_the_agent_once(w: World) -> None:
+    """The waiter is gone (nobody confirmed in time): the same request continues as a detached answer."""
     sid, cid = w.waiting()
-
-    with pytest.raises(DispatchFailed) as err:
-        w.respond(cid, ANSWER)
-
-    assert err.value.retryable and err.value.details.get("restored") is True
-    bound = w.deps.settings.confirm_wait
-    assert bound <= w.sleeper.slept <= bound + w.deps.settings.poll_interval + 1e-6  # a bounded wait
-    assert w.rows(cid) == {"q1": ("pending", True, None), "q2": ("pending", True, None)}
-    assert w.bundle(cid).delivery is None and w.agent.prompts[1:] == []
-
-
-def test_respond__retry_after_restore__takes_the_detached_path_and_resumes_once(w: World) -> None:
-    sid, cid = w.waiting()
-    with pytest.raises(DispatchFailed):
-        w.respond(cid, ANSWER)
-    turn = w.get(sid).current_turn
-    assert turn is not None
+    delivery_turn = w.get(sid).current_turn
 
     result = w.respond(cid, ANSWER)
 
     assert result.delivery == "resumed"
+    assert w.sleeper.slept == pytest.approx(w.deps.settings.confirm_wait)  # a bounded wait, then on
+    rows = w.rows(cid)
+    assert [(s, d) for s, d, _ in rows.values()] == [("answered", True), ("answered", True)]
     resumed = _answer_prompts(w)
-    assert len(resumed) == 1 and "Postgres" in resumed[0].text and "Redis" in resumed[0].text
+    assert len(resumed) == 1 and "Postgres" in resumed[0].text
     after = w.get(sid)
-    assert after.current_turn is not None and after.current_turn.seq == turn.seq + 1
-    assert resumed[0].turn_id == after.current_turn.id and after.reservation is None
+    assert after.reservation is None and after.current_turn is not None and delivery_turn is not None
+    assert after.current_turn.seq == delivery_turn.seq + 1 and resumed[0].turn_id == after.current_turn.id
+    d = w.bundle(cid).delivery
+    assert d is not None and (d.mode, d.result) == ("detached", "resumed")
 
 
-def test_confirm__after_the_responder_restored__delivery_lost_conflict(w: World) -> None:
-    """L2: restore won, so the late confirmation cannot land as well."""
+def test_respond__skip_with_nobody_confirming__recorded_terminal_without_resuming(w: World) -> None:
+    sid, cid = w.waiting()
+    turn = w.get(sid).current_turn
+
+    result = w.respond(cid, SKIP)
+
+    assert result.as_dict() == {"clarification_id": cid, "status": "rejected", "delivery": "recorded"}
+    assert [s for s, _, _ in w.rows(cid).values()] == ["rejected", "rejected"]
+    assert w.get(sid).current_turn == turn and _answer_prompts(w) == [] and w.agent.prompts[1:] == []
+
+
+def test_confirm__after_the_responder_fell_through__delivery_lost_conflict(w: World) -> None:
+    """L2: the fall-through won, so the late confirmation cannot land as well; the answer reaches the agent
+    once, by the resume prompt."""
     _, cid = w.waiting()
     taken: list[dict[str, Any]] = []
     w.sleeper.at(1, lambda: taken.append(w.wait(cid)[1]))
-    with pytest.raises(DispatchFailed):
-        w.respond(cid, ANSWER)
+    assert w.respond(cid, ANSWER).delivery == "resumed"
     writes = w.store.writes
 
     with pytest.raises(ClarificationInactive) as err:
         w.confirm(cid, taken[0]["delivery_id"])
 
     assert err.value.details["reason"] == "delivery_lost" and w.store.writes == writes
-    assert all(status == "pending" for status, _, _ in w.rows(cid).values())
+    assert len(_answer_prompts(w)) == 1
 
 
-def test_respond__confirmation_lands_as_the_wait_runs_out__live_and_nothing_restored(w: World) -> None:
-    """L2: confirmation won the race with the restore, so only the confirmation lands."""
+def test_respond__confirmation_lands_as_the_wait_runs_out__live_and_no_fall_through(w: World) -> None:
+    """L2: the confirmation won the race with the fall-through, so only the confirmation lands."""
     sid, cid = w.waiting()
-    w.store.before["restore_claim"] = w.agent_confirms(cid)
+    w.store.before["fall_through"] = w.agent_confirms(cid)
 
     result = w.respond(cid, ANSWER)
 
@@ -255,12 +255,22 @@ def test_respond__confirmation_lands_as_the_wait_runs_out__live_and_nothing_rest
     assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
     bundle = w.bundle(cid)
     assert bundle.delivery is not None and bundle.delivery.result == "live"
-    assert w.get(sid).watchdog is not None
+    assert w.get(sid).watchdog is not None and w.get(sid).reservation is None and _answer_prompts(w) == []
+
+
+def test_respond__skip_confirmation_races_the_recording__one_winner(w: World) -> None:
+    sid, cid = w.waiting()
+    w.store.before["confirm_delivery"] = w.agent_confirms(cid)  # the waiter confirms first
+
+    result = w.respond(cid, SKIP)
+
+    assert result.delivery == "live" and w.received[0]["state"] == "rejected"
+    assert w.bundle(cid).delivery.result == "live"  # type: ignore[union-attr]
 
 
 def test_respond__partially_terminal_bundle__answers_only_the_pending_row_and_keeps_the_sibling(
         w: World) -> None:
-    """C5: an earlier partial write answered q1; the claim covers q2 only; a restore gives back q2 only."""
+    """C5: an earlier partial write answered q1; the claim covers q2 only, and only q2 is resumed."""
     _, cid = w.waiting()
     old = {"question_id": "q1", "selected_options": ["my"], "custom_text": "earlier"}
     w.set_row(cid, "q1", status="answered", response=old)
@@ -268,19 +278,18 @@ def test_respond__partially_terminal_bundle__answers_only_the_pending_row_and_ke
     with pytest.raises(ValidationError) as err:
         w.respond(cid, ANSWER)  # q1 is not pending any more
     assert err.value.field == "answers[0].question_id"
-    with pytest.raises(DispatchFailed):  # nobody confirms: restore exactly what was claimed
-        w.respond(cid, {"answers": [ANSWER["answers"][1]]})
-    assert w.rows(cid) == {"q1": ("answered", False, old), "q2": ("pending", True, None)}
 
-    w.respond(cid, {"answers": [ANSWER["answers"][1]]})  # detached now: resume with the pending row
+    assert w.respond(cid, {"answers": [ANSWER["answers"][1]]}).delivery == "resumed"  # nobody confirms
 
     rows = w.rows(cid)
-    assert rows["q1"] == ("answered", False, old) and rows["q2"][0] == "answered"
+    assert rows["q1"] == ("answered", False, old) and rows["q2"][:2] == ("answered", True)
     assert w.bundle(cid).delivery.row_ids == ("q2",)  # type: ignore[union-attr]
+    [resumed] = [p for p in w.agent.prompts if "Which cache?" in p.text]
+    assert "Which database?" not in resumed.text
 
 
-def test_respond__newer_turn_accepted_during_the_live_wait__not_restored_into_it(w: World) -> None:
-    """L4: the restore re-checks turn ownership in the write itself."""
+def test_respond__newer_turn_accepted_during_the_live_wait__not_resumed_into_it(w: World) -> None:
+    """L4: the fall-through re-checks turn ownership in the write itself; the unhanded claim is retired."""
     sid, cid = w.waiting()
 
     def newer_turn() -> None:
@@ -288,14 +297,14 @@ def test_respond__newer_turn_accepted_during_the_live_wait__not_restored_into_it
         w.send(sid, "newer work", "m-newer")
     w.sleeper.at(1, newer_turn)
 
-    with pytest.raises(DispatchFailed) as err:
+    with pytest.raises(ClarificationInactive) as err:
         w.respond(cid, ANSWER)
 
-    assert err.value.details.get("restored") is None
-    assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
+    assert err.value.details["reason"] == "superseded"
     session = w.get(sid)
-    assert session.bundle(cid) is not None and session.current_turn is not None
-    assert session.current_turn.id != w.bundle(cid).turn_id
+    assert session.reservation is None and _answer_prompts(w) == []
+    assert session.current_turn is not None and session.current_turn.id != w.bundle(cid).turn_id
+    assert w.bundle(cid).delivery.result == "retired"  # type: ignore[union-attr]
 
 
 # ====================================================================== Skip
@@ -653,9 +662,10 @@ def test_respond__restore_then_summary_refresh_fails__rows_still_published_and_e
     def summary_down(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("summary table unavailable")
     w.store.set_task_summary = summary_down  # type: ignore[method-assign]
+    w.agent.script("reject")  # nobody confirms; the resume it falls through to is refused: restored, detached
 
     with pytest.raises(DispatchFailed) as failed:
-        w.respond(cid, ANSWER)  # nobody confirms: the claim is restored, detached
+        w.respond(cid, ANSWER)
 
     assert failed.value.retryable and failed.value.details["restored"] is True
     assert "summary table unavailable" in failed.value.details["summary_error"]
