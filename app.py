@@ -23,7 +23,6 @@ from chalicelib.services import (
     frames,
     history,
     messages,
-    readiness,
     responses,
     sessions,
     stream_health,
@@ -54,17 +53,7 @@ def bearer(auth_request: Any) -> AuthResponse:
 # ------------------------------------------------------------------ health and contract
 @app.route(V1 + "/health", methods=["GET"])
 def health() -> Any:
-    ready = readiness.is_ready(deps())
-    if ready:
-        stream = stream_health.stream_status(deps())
-        if stream is None:
-            return json_response(200, {"status": "ok", "ready": True})
-        # Still serving: a lagging or stuck stream delays projections and events, not requests.
-        return json_response(200, {"status": "ok" if stream["healthy"] else "degraded", "ready": True,
-                                   "stream": stream})
-    return json_response(503, {"status": "reconciling", "ready": False,
-                               "error": {"code": "not_ready", "message": "reconciliation has not succeeded yet",
-                                         "retryable": True}})
+    return json_response(*stream_health.health(deps()))
 
 
 @app.route(V1 + "/openapi.json", methods=["GET"])

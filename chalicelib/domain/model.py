@@ -62,6 +62,7 @@ class Prompt:
     dispatch: Dispatch
     deadline: str | None = None
     reply_to: Mapping[str, Any] | None = None  # a late answer's question context
+    hidden: bool = False  # the user deleted its transcript message
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,14 @@ class Watchdog:
 
 
 @dataclass(frozen=True)
+class Quarantine:
+    """The reconciler could not repair this aggregate: it is set apart until an operator releases it."""
+
+    reason: str
+    at: str
+
+
+@dataclass(frozen=True)
 class Session:
     """The session aggregate: all operational truth of one session (one DynamoDB item)."""
 
@@ -186,6 +195,11 @@ class Session:
     watchdog: Watchdog | None = None
     recon_due: str | None = None
     queue: tuple[Prompt, ...] = ()  # messages admitted while the agent was mid-turn, in order
+    quarantine: Quarantine | None = None
+
+    @property
+    def quarantined(self) -> bool:
+        return self.quarantine is not None
 
     @property
     def terminal(self) -> bool:

@@ -1,7 +1,9 @@
 """The reconciler: one function, two triggers.
 
-Before traffic it repairs every item that carries outstanding work and then sets the traffic flag; any
-failure fails the run, traffic stays off, and the markers stay for the next run. Scheduled, it touches only
+Before traffic it repairs every item that carries outstanding work and then sets the traffic flag. An item
+it cannot repair is quarantined (marked, counted, refused by every write route until an operator releases
+it), so one session never holds the others or the API; a start event the bus does not accept fails the run
+and stays for the next one. Scheduled, it touches only
 work whose owner deadline has passed, so it never races a live invocation. It finds work through the
 sparse reconciler index, so its cost grows with outstanding work, not with the number of sessions.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed, DomainError
+from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed, DomainError, StoreUnavailable
 from ..domain.model import Dispatch, Session
 from ..domain.rules import bundle_is_active, row_pending
 from ..services import watchdog
@@ -49,6 +51,7 @@ class Report:
     waiters_detached: int = 0
     watchdogs_fired: int = 0
     queue_drained: int = 0
+    quarantined: list[str] = field(default_factory=list)  # set apart by this run: it could not repair them
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
@@ -62,14 +65,27 @@ def reconcile(deps: Deps, *, before_traffic: bool) -> Report:
         report.examined += 1
         try:
             _session(deps, session_id, report, now=now, everything=before_traffic)
-        except Exception as exc:  # one broken item must not stop the pass; the run still fails
-            log.exception("reconciling session %s failed", session_id)
+        except (Unpublished, StoreUnavailable) as exc:  # the bus or the database, not this session's item:
+            log.error("reconciling session %s: %s", session_id, exc)  # the run fails; the next one retries
             report.errors.append(f"{session_id}: {exc}")
+        except Exception as exc:  # this session's item itself: set it apart, never let it hold the others
+            log.exception("reconciling session %s failed: quarantined", session_id)
+            _quarantine(deps, session_id, f"{type(exc).__name__}: {exc}", report)
     if report.errors:
         raise ReconcileFailed("; ".join(report.errors))
     if before_traffic:
         mark_ready(deps)
     return report
+
+
+def _quarantine(deps: Deps, session_id: str, reason: str, report: Report) -> None:
+    """Marked, counted, excluded from admission, out of the reconciler's work: never silently skipped."""
+    try:
+        deps.store.quarantine(session_id, reason, deps.now())
+        report.quarantined.append(session_id)
+    except Exception as exc:  # could not even mark it: the run fails and the next one tries again
+        log.exception("quarantining session %s failed", session_id)
+        report.errors.append(f"{session_id}: {reason}; quarantine failed: {exc}")
 
 
 def _due(deadline: str | None, now: str, everything: bool) -> bool:

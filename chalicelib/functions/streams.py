@@ -118,7 +118,7 @@ def _abandon(deps: Deps, session: Session, turn: Turn, at: str) -> None:
 
 def _prompt_message(deps: Deps, old: Session | None, new: Session) -> None:
     prompt = new.prompt
-    if prompt is None or prompt.author_id.startswith("system:") or (
+    if prompt is None or prompt.author_id.startswith("system:") or prompt.hidden or (
             old is not None and old.prompt is not None and old.prompt.message_id == prompt.message_id):
         return  # system prompts (resume, watchdog) hand an answer over; they are not user messages
     seq = new.current_turn.seq if new.current_turn and new.current_turn.id == prompt.turn_id else new.turn_seq
@@ -175,8 +175,8 @@ def on_history_record(deps: Deps, record: Record) -> None:
     if item is None or item.get("kind") != "message":
         return
     old = _image(record, "OldImage") or {}
-    if name == "MODIFY" and item.get("deleted") and not old.get("deleted"):
-        name = "REMOVE"  # a tombstone is how a message is deleted
+    if item.get("deleted") and (name == "INSERT" or not old.get("deleted")):
+        name = "REMOVE"  # a tombstone is how a message is deleted (even one deleted before it was recorded)
     message = codec.message_from_history(item)
     common = {"workspace_id": message.workspace_id, "task_id": message.task_id, "session_id": message.session_id}
     if name == "INSERT" and not item.get("deleted"):

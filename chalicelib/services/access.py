@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..auth.tokens import Caller
-from ..domain.errors import NotFound
+from ..domain.errors import NotFound, SessionUnavailable
 from ..domain.model import Session, Task
 from .deps import Deps
 
@@ -15,12 +15,13 @@ def task_for_user(deps: Deps, caller: Caller, task_id: str) -> Task:
     return task
 
 
-def session_for_user(deps: Deps, caller: Caller, session_id: str) -> Session:
+def session_for_user(deps: Deps, caller: Caller, session_id: str, *, reading: bool = False) -> Session:
+    """The caller's session. Unless only `reading`, a quarantined one is refused (session_unavailable)."""
     caller.require_user()
     session = deps.store.get_session(session_id)
     if session is None or session.workspace_id != caller.workspace_id:
         raise NotFound("session not found")
-    return session
+    return session if reading else admitted(session)
 
 
 def session_for_agent(deps: Deps, caller: Caller, session_id: str) -> Session:
@@ -28,4 +29,12 @@ def session_for_agent(deps: Deps, caller: Caller, session_id: str) -> Session:
     session = deps.store.get_session(session_id)
     if session is None or session.workspace_id != caller.workspace_id:
         raise NotFound("session not found")
+    return admitted(session)
+
+
+def admitted(session: Session) -> Session:
+    """A quarantined aggregate takes no input until an operator repaired and released it."""
+    if session.quarantine is not None:
+        raise SessionUnavailable("this session is set apart for repair; an operator has been alerted",
+                                 reason="quarantined")
     return session

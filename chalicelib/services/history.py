@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..auth.tokens import Caller
-from ..domain.errors import ConditionFailed, NotFound
+from ..domain.errors import ConditionFailed, Contended, NotFound
 from ..domain.model import Message, Session, TurnRecord
 from ..domain.rules import published_turn
 from .access import session_for_user
@@ -18,9 +18,24 @@ class Transcript:
 
 
 def transcript(deps: Deps, caller: Caller, session_id: str) -> Transcript:
-    session = session_for_user(deps, caller, session_id)
+    session = session_for_user(deps, caller, session_id, reading=True)
     _, messages = deps.store.list_history(session.id)
-    return Transcript(session, _with_bundles(session, messages) + _queued(session))
+    return Transcript(session, _with_bundles(session, _with_prompt(session, messages)) + _queued(session))
+
+
+def _with_prompt(session: Session, messages: list[Message]) -> list[Message]:
+    """The user's latest message is in the transcript as soon as it was admitted (read-your-writes), before
+    the stream function copied it into history."""
+    p = session.prompt
+    if p is None or p.hidden or p.author_id.startswith("system:") or any(m.id == p.message_id for m in messages):
+        return messages
+    return [*messages, prompt_message(session, _prompt_seq(session))]
+
+
+def _prompt_seq(session: Session) -> int:
+    p, turn = session.prompt, session.current_turn
+    assert p is not None
+    return turn.seq if turn is not None and turn.id == p.turn_id else session.turn_seq
 
 
 def _queued(session: Session) -> list[Message]:
@@ -33,7 +48,7 @@ def _queued(session: Session) -> list[Message]:
 
 
 def turns(deps: Deps, caller: Caller, session_id: str) -> list[TurnRecord]:
-    session = session_for_user(deps, caller, session_id)
+    session = session_for_user(deps, caller, session_id, reading=True)
     records, _ = deps.store.list_history(session.id)
     by_id = {r.id: r for r in records}
     current = published_turn(session)  # a reserved, unacknowledged successor stays hidden
@@ -90,14 +105,22 @@ def delete_message(deps: Deps, caller: Caller, session_id: str, message_id: str)
     never moves, so deleting a newer turn's messages cannot reactivate an older question."""
     session = session_for_user(deps, caller, session_id)
     _, messages = deps.store.list_history(session.id)
-    message = next((m for m in messages if m.id == message_id), None)
+    message = next((m for m in _with_prompt(session, messages) if m.id == message_id), None)
     bundle = next((b for b in session.bundles if b.message_id == message_id), None)
     if message is None and bundle is None:
         raise NotFound("message not found")
     if bundle is not None:
         try:
             deps.store.remove_bundle(session.id, bundle.id, deps.now())
+        except ConditionFailed as exc:
+            current = exc.session or deps.store.get_session(session.id)
+            if current is not None and current.bundle(bundle.id) is not None:
+                raise Contended("an answer to this question is being delivered; delete it once that finished") from exc
+            # else: already removed by a concurrent delete
+    if session.prompt is not None and session.prompt.message_id == message_id and not session.prompt.hidden:
+        try:
+            deps.store.hide_prompt(session.id, message_id, deps.now())
         except ConditionFailed:
-            pass  # already removed by a concurrent delete
+            pass  # a newer prompt replaced it: history alone holds it now
     if message is not None:
         deps.store.delete_message(message)

@@ -44,7 +44,7 @@ def list_sessions(deps: Deps, caller: Caller, task_id: str) -> list[Session]:
 
 
 def get_session(deps: Deps, caller: Caller, session_id: str) -> Session:
-    return session_for_user(deps, caller, session_id)
+    return session_for_user(deps, caller, session_id, reading=True)
 
 
 def cancel_session(deps: Deps, caller: Caller, session_id: str) -> Session:

@@ -1,4 +1,5 @@
-"""Stream processing as /health reports it: lag and set-aside records, from the status its poller publishes.
+"""/health: readiness, quarantined sessions, and stream processing (lag and set-aside records, from the
+status its poller publishes).
 
 Locally the stream pump publishes this meta item. In AWS the event source mapping does the polling, retrying
 and parking, out of the functions' sight: nothing publishes it there, and IteratorAge and the stream failure
@@ -10,6 +11,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from . import readiness
 from .deps import Deps, parse_iso
 
 STATUS_KEY = "stream#status"
@@ -29,3 +31,21 @@ def stream_status(deps: Deps) -> dict[str, Any] | None:
     except (ValueError, KeyError, TypeError):
         return {"healthy": False, "error": "unreadable stream status"}
     return {**status, "stale": stale, "healthy": healthy}
+
+
+def health(deps: Deps) -> tuple[int, dict[str, Any]]:
+    """GET /health: 503 not_ready until the reconciler succeeded for this deployment; then 200, "degraded"
+    while stream processing lags or set records aside, or sessions are quarantined for repair."""
+    if not readiness.is_ready(deps):
+        return 503, {"status": "reconciling", "ready": False,
+                     "error": {"code": "not_ready", "message": "reconciliation has not succeeded yet",
+                               "retryable": True}}
+    body: dict[str, Any] = {"status": "ok", "ready": True}
+    stream = stream_status(deps)
+    if stream is not None:  # still serving: a lagging or stuck stream delays projections and events
+        body["stream"] = stream
+    quarantined = len(deps.store.quarantined_sessions())
+    body["quarantined_sessions"] = quarantined
+    if (stream is not None and not stream["healthy"]) or quarantined:
+        body["status"] = "degraded"
+    return 200, body

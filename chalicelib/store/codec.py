@@ -15,6 +15,7 @@ from ..domain.model import (
     Message,
     Option,
     Prompt,
+    Quarantine,
     Question,
     Reservation,
     Row,
@@ -72,6 +73,8 @@ def prompt_to_item(p: Prompt) -> dict[str, Any]:
         item["deadline"] = p.deadline
     if p.reply_to is not None:
         item["reply_to"] = dict(p.reply_to)
+    if p.hidden:
+        item["hidden"] = True
     return item
 
 
@@ -84,6 +87,7 @@ def prompt_from_item(item: Mapping[str, Any] | None) -> Prompt | None:
         author_id=item.get("author_id", ""), created_at=item.get("created_at", ""),
         generation=int(item.get("generation", 0)), dispatch=Dispatch(item.get("dispatch", "pending")),
         deadline=item.get("deadline") or None, reply_to=item.get("reply_to") or None,
+        hidden=flag(item.get("hidden", False)),
     )
 
 
@@ -210,6 +214,25 @@ def bundle_from_item(bundle_id: str, item: Mapping[str, Any]) -> Bundle:
 
 
 def session_from_item(item: Mapping[str, Any]) -> Session:
+    """A quarantined aggregate that cannot be decoded reads as its identity and the quarantine alone."""
+    try:
+        return _session_from_item(item)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        q = quarantine_from_item(item.get("quarantine"))
+        if q is None:
+            raise
+        return Session(id=item["session_id"], workspace_id=str(item.get("workspace_id", "")),
+                       task_id=str(item.get("task_id", "")), created_at=str(item.get("created_at", "")),
+                       is_primary=False, state=State.FAILED, version=0, quarantine=q)
+
+
+def quarantine_from_item(item: Any) -> Quarantine | None:
+    if not isinstance(item, Mapping) or not item.get("reason"):
+        return None
+    return Quarantine(reason=str(item["reason"]), at=str(item.get("at", "")))
+
+
+def _session_from_item(item: Mapping[str, Any]) -> Session:
     bundles = item.get("bundles") or {}
     return Session(
         id=item["session_id"], workspace_id=item["workspace_id"], task_id=item["task_id"],
@@ -226,6 +249,7 @@ def session_from_item(item: Mapping[str, Any]) -> Session:
         watchdog=watchdog_from_item(item.get("watchdog")),
         recon_due=item.get("recon_due") or None,
         queue=tuple(p for p in (prompt_from_item(q) for q in item.get("queue") or []) if p is not None),
+        quarantine=quarantine_from_item(item.get("quarantine")),
     )
 
 
@@ -248,6 +272,8 @@ def session_to_item(s: Session) -> dict[str, Any]:
     if s.watchdog:
         item["watchdog"] = watchdog_to_item(s.watchdog)
     item["queue"] = [prompt_to_item(p) for p in s.queue]
+    if s.quarantine:
+        item["quarantine"] = {"reason": s.quarantine.reason, "at": s.quarantine.at}
     return item
 
 

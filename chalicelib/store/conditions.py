@@ -21,6 +21,11 @@ def session_exists() -> Clause:
     return Exists(("session_id",))
 
 
+def version_is(version: int) -> Clause:
+    """Nothing changed in the aggregate since the caller read it (a guard over several aggregates)."""
+    return Equals(("version",), version)
+
+
 def turn_is(turn_id: str | None) -> Clause:
     """Turn authority: the pointer is still the turn the caller decided on (None: no turn yet)."""
     if turn_id is None:
@@ -61,6 +66,14 @@ def bundle_exists(bundle_id: str) -> Clause:
 def bundle_absent(bundle_id: str) -> Clause:
     """A new bundle never overwrites one with the same id."""
     return Missing(("bundles", bundle_id))
+
+
+def bundle_settled(bundle_id: str) -> Clause:
+    """No answer to the bundle is on its way (no unconfirmed claim, no reservation resuming with it): a
+    delivery in flight never loses the bundle it is delivering."""
+    delivery = ("bundles", bundle_id, "delivery")
+    return all_of((AnyOf((Missing(delivery), Exists((*delivery, "confirmed_at")))),
+                   AnyOf((Missing(("reservation",)), Not(Equals(("reservation", "bundle_id"), bundle_id))))))
 
 
 def bundle_current(bundle_id: str) -> Clause:

@@ -292,6 +292,11 @@ class Write:
         kwargs.update(e.placeholders())
         return kwargs
 
+    def render_check(self) -> dict[str, Any]:
+        """ConditionCheck keyword arguments (a transaction's check of another item)."""
+        e = Expr()
+        return {"ConditionExpression": conjunction(self.conditions, e), **e.placeholders()}
+
     def holds(self, item: Mapping[str, Any]) -> bool:
         return all(c.holds(item) for c in self.conditions)
 

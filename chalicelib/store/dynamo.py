@@ -2,6 +2,7 @@
 plain records (chalicelib.store.records). The writes themselves are defined in chalicelib.store.writes."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -16,7 +17,7 @@ from .expr import to_attr
 from .models import SessionRecord, TaskRecord
 from .protocol import Remembered
 from .records import DynamoRecords, remember_put
-from .writes import ConditionalWrites
+from .writes import QUARANTINE_SHARD, ConditionalWrites
 
 
 class DynamoStore(ConditionalWrites, DynamoRecords):
@@ -83,6 +84,15 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
             raise translate(exc) from exc
         return codec.session_from_item(codec.from_attrs(resp["Attributes"]))
 
+    def _apply(self, session_id: str, write: Write) -> None:
+        guarded(lambda: self.client.update_item(TableName=self.sessions_table,
+                                                Key={"session_id": {"S": session_id}}, **write.render()))
+
+    def quarantined_sessions(self) -> list[str]:
+        def query() -> list[str]:
+            return [r.session_id for r in SessionRecord.reconciler_work.query(QUARANTINE_SHARD)]
+        return guarded(query)
+
     def _transact(self, update: dict[str, Any], remember: Remembered) -> None:
         try:
             self.client.transact_write_items(TransactItems=[{"Update": update}, {"Put": remember_put(remember)}])
@@ -105,7 +115,12 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
             raise translate(exc) from exc
 
     # ---------------------------------------------------------------- task updates
-    def _commit_task(self, task_id: str, write: Write) -> Task:
+    def _commit_task(self, task_id: str, write: Write, checks: Mapping[str, Write] | None = None) -> Task:
+        if checks:
+            self._transact_checked(task_id, write, checks)
+            task = self.get_task(task_id)
+            assert task is not None
+            return task
         try:
             resp = self.client.update_item(
                 TableName=TaskRecord.Meta.table_name, Key={"task_id": {"S": task_id}}, ReturnValues="ALL_NEW",
@@ -116,6 +131,22 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
         except BotoCoreError as exc:
             raise translate(exc) from exc
         return codec.task_from_item(codec.from_attrs(resp["Attributes"]))
+
+
+    def _transact_checked(self, task_id: str, write: Write, checks: Mapping[str, Write]) -> None:
+        items: list[dict[str, Any]] = [
+            {"ConditionCheck": {"TableName": self.sessions_table, "Key": {"session_id": {"S": sid}},
+                                **check.render_check()}} for sid, check in checks.items()]
+        items.append({"Update": {"TableName": TaskRecord.Meta.table_name, "Key": {"task_id": {"S": task_id}},
+                                 **write.render()}})
+        try:
+            self.client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if error_code(exc) == "TransactionCanceledException":
+                raise ConditionFailed("a checked item changed") from exc
+            raise translate(exc) from exc
+        except BotoCoreError as exc:
+            raise translate(exc) from exc
 
 
 def _session(item: dict[str, Any] | None) -> Session | None:

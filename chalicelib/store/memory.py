@@ -18,7 +18,7 @@ from . import codec
 from .document import InvalidPath, Write
 from .protocol import Remembered
 from .size import MAX_ITEM_BYTES, item_size
-from .writes import ConditionalWrites
+from .writes import QUARANTINE_SHARD, RECON_SHARD, ConditionalWrites
 
 
 class MemoryStore(ConditionalWrites):
@@ -50,8 +50,26 @@ class MemoryStore(ConditionalWrites):
             self.writes += 1
             return session
 
-    def _commit_task(self, task_id: str, write: Write) -> Task:
+    def _apply(self, session_id: str, write: Write) -> None:
         with self._lock:
+            item = self.items.get(session_id)
+            if item is None or not write.holds(item):
+                raise ConditionFailed("the session changed", current=self.sessions.get(session_id))
+            self.items[session_id] = new = _applied(write, item)
+            try:
+                self.sessions[session_id] = codec.session_from_item(new)
+            except Exception:
+                self.sessions.pop(session_id, None)
+            self.writes += 1
+
+    def quarantined_sessions(self) -> list[str]:
+        return sorted(sid for sid, item in list(self.items.items()) if item.get("recon_shard") == QUARANTINE_SHARD)
+
+    def _commit_task(self, task_id: str, write: Write, checks: Mapping[str, Write] | None = None) -> Task:
+        with self._lock:
+            for session_id, check in (checks or {}).items():
+                if not check.holds(self.items.get(session_id) or {}):
+                    raise ConditionFailed("a checked session changed")
             item = self.task_items.get(task_id)
             if item is None or not write.holds(item):
                 raise ConditionFailed("the task changed", current=codec.task_from_item(item) if item else None)
@@ -60,10 +78,13 @@ class MemoryStore(ConditionalWrites):
             return codec.task_from_item(new)
 
     def put_raw_session(self, item: Mapping[str, Any]) -> None:
-        """Store an aggregate exactly as given (other writers' shapes, in tests)."""
+        """Store an aggregate exactly as given (other writers' shapes, broken items, in tests)."""
         with self._lock:
             self.items[item["session_id"]] = copy.deepcopy(dict(item))
-            self.sessions[item["session_id"]] = codec.session_from_item(item)
+            try:
+                self.sessions[item["session_id"]] = codec.session_from_item(item)
+            except Exception:
+                self.sessions.pop(item["session_id"], None)
 
     # ---------------------------------------------------------------- tasks
     @property
@@ -97,11 +118,14 @@ class MemoryStore(ConditionalWrites):
             self.writes += 1
 
     def get_session(self, session_id: str) -> Session | None:
+        item = self.items.get(session_id)
+        if item is not None and session_id not in self.sessions:
+            return codec.session_from_item(item)  # raises, as DynamoStore does, for an item that does not decode
         return self.sessions.get(session_id)
 
     def list_sessions(self, task_id: str) -> list[Session]:
-        return sorted((s for s in list(self.sessions.values()) if s.task_id == task_id),
-                      key=lambda s: s.created_at, reverse=True)
+        found = [self.get_session(sid) for sid, item in list(self.items.items()) if item.get("task_id") == task_id]
+        return sorted((s for s in found if s is not None), key=lambda s: s.created_at, reverse=True)
 
     # ---------------------------------------------------------------- idempotency records
     def get_remembered(self, key: str) -> Remembered | None:
@@ -143,11 +167,12 @@ class MemoryStore(ConditionalWrites):
     def delete_message(self, message: Message) -> bool:
         key = codec.history_sk_message(message.turn_seq, message.created_at, message.id)
         with self._lock:
-            removed = self.history.get(message.session_id, {}).pop(key, None) is not None
-            if removed:  # a tombstone: put_message never recreates it
-                self.tombstones.add((message.session_id, key))
-                self.writes += 1
-            return removed
+            if (message.session_id, key) in self.tombstones:
+                return False
+            self.history.get(message.session_id, {}).pop(key, None)
+            self.tombstones.add((message.session_id, key))  # recorded or not yet: put_message never recreates it
+            self.writes += 1
+            return True
 
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
         items = [v for _, v in sorted(self.history.get(session_id, {}).items())]
@@ -180,7 +205,8 @@ class MemoryStore(ConditionalWrites):
         self.meta[key] = value
 
     def due_sessions(self, before: str | None) -> list[str]:
-        due = [(item.get("recon_due"), sid) for sid, item in list(self.items.items()) if item.get("recon_shard")]
+        due = [(item.get("recon_due"), sid) for sid, item in list(self.items.items())
+               if item.get("recon_shard") == RECON_SHARD]
         return [sid for when, sid in sorted(due) if when and (before is None or when < before)]
 
 

@@ -19,7 +19,7 @@ from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, S
 from .protocol import Remembered
 
 EVENT_TTL = timedelta(days=7)
-RECON_SHARD = "due"
+RECON_SHARD = "due"  # chalicelib.store.writes names the index partitions
 
 
 class DynamoRecords:
@@ -71,10 +71,8 @@ class DynamoRecords:
     def put_message(self, message: Message) -> bool:
         rec = HistoryRecord(
             message.session_id, codec.history_sk_message(message.turn_seq, message.created_at, message.id),
-            kind="message", item_id=message.id, workspace_id=message.workspace_id, task_id=message.task_id,
-            turn_id=message.turn_id, turn_seq=message.turn_seq, created_at=message.created_at,
-            author_type=message.author_type, type=message.type, content=message.content,
-            clarification_id=message.clarification_id, meta=dict(message.meta) if message.meta else None)
+            **{k: v for k, v in _message_fields(message).items() if k != "meta"},
+            meta=dict(message.meta) if message.meta else None)
         return _put_once(rec, HistoryRecord.sk.does_not_exist())
 
     def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:
@@ -91,14 +89,16 @@ class DynamoRecords:
             UpdateExpression=update, **e.placeholders()))
 
     def delete_message(self, message: Message) -> bool:
-        """Tombstone the message (kept, hidden): put_message never recreates it on a stream redelivery."""
+        """Tombstone the message (kept, hidden), recorded or not yet: put_message never recreates it."""
         key = {"session_id": {"S": message.session_id},
                "sk": {"S": codec.history_sk_message(message.turn_seq, message.created_at, message.id)}}
+        e = Expr()
+        fields = {**_message_fields(message), "deleted": True}
+        update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields.items())
         try:
             guarded(lambda: self.client.update_item(
-                TableName=HistoryRecord.Meta.table_name, Key=key, UpdateExpression="SET deleted = :t",
-                ConditionExpression="attribute_exists(sk) AND NOT deleted = :t",
-                ExpressionAttributeValues={":t": {"BOOL": True}}))
+                TableName=HistoryRecord.Meta.table_name, Key=key, UpdateExpression=update,
+                ConditionExpression=f"NOT {e.path('deleted')} = {e.value(True)}", **e.placeholders()))
             return True
         except ConditionFailed:
             return False
@@ -156,6 +156,18 @@ class DynamoRecords:
             cond = SessionRecord.recon_due < before if before else None
             return [r.session_id for r in SessionRecord.reconciler_work.query(RECON_SHARD, cond)]
         return guarded(query)
+
+
+def _message_fields(message: Message) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "kind": "message", "item_id": message.id, "workspace_id": message.workspace_id, "task_id": message.task_id,
+        "turn_id": message.turn_id, "turn_seq": message.turn_seq, "created_at": message.created_at,
+        "author_type": message.author_type, "type": message.type, "content": message.content}
+    if message.clarification_id:
+        fields["clarification_id"] = message.clarification_id
+    if message.meta:
+        fields["meta"] = json.dumps(dict(message.meta))  # the model's JSON attribute stores a string
+    return fields
 
 
 def remember_put(entry: Remembered) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from .document import Append, Change, Clause, Drop, Equals, Exists, Increment, N
 from .protocol import Remembered
 
 RECON_SHARD = "due"  # one partition of the sparse index; it only ever holds outstanding work
+QUARANTINE_SHARD = "quarantined"  # the same index's other partition: aggregates set apart for an operator
 
 
 class _Builder:
@@ -108,8 +109,10 @@ class ConditionalWrites:
         aggregate. Raises ConditionFailed carrying the current aggregate, AlreadyRemembered, ItemTooLarge."""
         raise NotImplementedError
 
-    def _commit_task(self, task_id: str, write: Write) -> Task:
-        """Apply `write` to the task item; raises ConditionFailed carrying the current task."""
+    def _commit_task(self, task_id: str, write: Write, checks: Mapping[str, Write] | None = None) -> Task:
+        """Apply `write` to the task item; with `checks` (session id -> conditions), in one transaction that
+        also requires every check to hold. Raises ConditionFailed (carrying the current task when the task's
+        own condition failed)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ tasks
@@ -121,8 +124,13 @@ class ConditionalWrites:
         w.put(("summary_revision",), expected_revision + 1).put_or_drop(("summary_at",), at or None)
         return self._commit_task(task_id, w.done(None))
 
-    def set_workflow_step(self, task_id: str, step: str) -> Task:
-        return self._commit_task(task_id, _TaskBuilder().put(("workflow_step",), step).done(None))
+    def set_workflow_step(self, task_id: str, step: str, *, unchanged: Mapping[str, int] | None = None) -> Task:
+        """Move the task to `step`. `unchanged` (session id -> version) makes it one transaction with a check
+        that each of those aggregates is still the version the caller decided on: a guard decided by the
+        same truth it read, never check-then-act."""
+        checks = {sid: Write((c.session_exists(), c.version_is(version)), ()) for sid, version in
+                  (unchanged or {}).items()}
+        return self._commit_task(task_id, _TaskBuilder().put(("workflow_step",), step).done(None), checks or None)
 
     # ------------------------------------------------------------ turns and state
     def start_turn(self, session_id: str, *, expected_turn_id: str | None, from_states: Iterable[State],
@@ -192,7 +200,14 @@ class ConditionalWrites:
         return self._commit(session_id, w.done(at))
 
     def remove_bundle(self, session_id: str, bundle_id: str, at: str) -> Session:
-        w = _Builder().require(c.bundle_exists(bundle_id)).drop(("bundles", bundle_id))
+        """The bundle leaves the aggregate (its transcript entry was deleted), unless an answer to it is on
+        its way: that delivery needs it to finish."""
+        w = _Builder().require(c.bundle_exists(bundle_id), c.bundle_settled(bundle_id)).drop(("bundles", bundle_id))
+        return self._commit(session_id, w.done(at))
+
+    def hide_prompt(self, session_id: str, message_id: str, at: str) -> Session:
+        """The latest prompt's transcript message was deleted: the aggregate stops showing it."""
+        w = _Builder().require(Equals(("prompt", "message_id"), message_id)).put(("prompt", "hidden"), True)
         return self._commit(session_id, w.done(at))
 
     def dismiss(self, session_id: str, bundle_id: str, row_ids: Sequence[str], user_key: str,
@@ -317,6 +332,24 @@ class ConditionalWrites:
                                c.turn_open(), c.not_terminal())
         w.drop(("watchdog",)).put(("state",), State.RUNNING.value).prompt(prompt)
         return self._commit(session_id, w.done(at))
+
+    def _apply(self, session_id: str, write: Write) -> None:
+        """Apply `write` without reading the aggregate back (it may not decode). ConditionFailed when its
+        conditions do not hold."""
+        raise NotImplementedError
+
+    def quarantine(self, session_id: str, reason: str, at: str) -> None:
+        """Set an aggregate the reconciler cannot repair apart: marked, out of the reconciler's work, refused
+        by every write route until released. Works on an item that does not decode."""
+        w = _Builder().put(("quarantine",), {"reason": reason[:500], "at": at})
+        w.put(("recon_shard",), QUARANTINE_SHARD).put(("recon_due",), at)
+        self._apply(session_id, w.done(None))
+
+    def release(self, session_id: str, at: str) -> None:
+        """An operator repaired the aggregate: back to normal, and the reconciler looks at it at once."""
+        w = _Builder().require(Exists(("quarantine",))).drop(("quarantine",))
+        w.put(("recon_shard",), RECON_SHARD).put(("recon_due",), at)
+        self._apply(session_id, w.done(None))
 
     def reschedule(self, session_id: str, *, expected_due: str | None, next_due: str | None) -> bool:
         """The reconciler's compare-and-set on the owner deadline; False when a writer set a new one."""

@@ -166,6 +166,12 @@ CASES = [
     Case("remove_bundle", waiting, lambda st, s: st.remove_bundle(s.id, b1(s), at=AT), lambda s: s.bundles == ()),
     Case("remove_bundle/gone", lambda sid: session(sid), lambda st, s: st.remove_bundle(s.id, f"{s.id}.x", at=AT),
          None),
+    Case("remove_bundle/an answer on its way", claimed, lambda st, s: st.remove_bundle(s.id, b1(s), at=AT), None),
+    Case("remove_bundle/its reservation resuming", reserved, lambda st, s: st.remove_bundle(s.id, b1(s), at=AT),
+         None),
+    Case("hide_prompt", running, lambda st, s: st.hide_prompt(s.id, "m0", AT),
+         lambda s: s.prompt is not None and s.prompt.hidden),
+    Case("hide_prompt/another prompt", running, lambda st, s: st.hide_prompt(s.id, "m9", AT), None),
     Case("dismiss/inactive", lambda sid: session(sid, bundle(sid), turn=T2),
          lambda st, s: st.dismiss(s.id, b1(s), ["q1", "q2"], "u-key", AT),
          lambda s: s.bundles[0].dismissed_by == ("u-key",)),
@@ -317,7 +323,8 @@ def test_write__both_stores__same_outcome(store: Any, case: Case) -> None:
 
 def test_every_aggregate_write__has_a_contract_case() -> None:
     methods = {name for name in vars(ConditionalWrites) if not name.startswith("_")} - {
-        "set_task_summary", "set_workflow_step", "reschedule"}  # in test_records.py
+        "set_task_summary", "set_workflow_step", "reschedule",  # in test_rule_and_records.py
+        "quarantine", "release"}  # below: they return nothing (the item may not decode)
     covered = {case.name.split("/")[0] for case in CASES}
     assert methods <= covered, sorted(methods - covered)
 
@@ -361,3 +368,43 @@ def test_task_writes__both_stores(store: Any) -> None:
     assert store.get_task(t.id) == replace(cleared, workflow_step="review")
     with pytest.raises(ConditionFailed):
         store.set_workflow_step("no-such-task", "review")
+
+
+def test_quarantine__even_an_item_that_does_not_decode__set_apart_then_released(store: Any) -> None:
+    sid = f"s{uuid.uuid4().hex[:10]}"
+    item = codec.session_to_item(session(sid, bundle(sid)))
+    item["state"] = "NOT-A-STATE"  # another writer's garbage: the aggregate no longer decodes
+    item.update(recon_shard="due", recon_due=AT)
+    put_raw(store, item)
+    with pytest.raises(ValueError):
+        store.get_session(sid)
+
+    store.quarantine(sid, "ValueError: not a state", AT)
+
+    quarantined = store.get_session(sid)  # reads as its identity and the quarantine alone
+    assert quarantined is not None and quarantined.quarantined and quarantined.quarantine.reason.startswith("Value")
+    assert sid in store.quarantined_sessions() and sid not in store.due_sessions(None)
+    fixed = dict(raw(store, sid), state="IDLE")
+    put_raw(store, fixed)
+    store.release(sid, LATER)
+    released = store.get_session(sid)
+    assert released is not None and not released.quarantined and released.state == State.IDLE
+    assert sid not in store.quarantined_sessions() and sid in store.due_sessions(None)
+    with pytest.raises(ConditionFailed):
+        store.release(sid, LATER)  # nothing to release
+
+
+def test_workflow_step__checked_sessions_unchanged__one_transaction(store: Any) -> None:
+    t = replace(task(), id=f"task-{uuid.uuid4().hex[:8]}")
+    store.put_task(t)
+    first, second = (session(f"s{uuid.uuid4().hex[:10]}", task_id=t.id) for _ in range(2))
+    store.create_session(first)
+    store.create_session(second)
+
+    moved = store.set_workflow_step(t.id, "review", unchanged={first.id: 1, second.id: 1})
+    assert moved.workflow_step == "review"
+
+    store.complete_turn(second.id, "t1", from_state=State.WAITING_FOR_INPUT, to_state=State.IDLE, at=AT)
+    with pytest.raises(ConditionFailed):  # the second session changed since the guard read version 1
+        store.set_workflow_step(t.id, "done", unchanged={first.id: 1, second.id: 1})
+    assert store.get_task(t.id).workflow_step == "review"

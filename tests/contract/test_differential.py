@@ -17,7 +17,7 @@ from chalicelib.store.protocol import Remembered
 from chalicelib.store.writes import ConditionalWrites
 from tests.contract.builders import answers, bundle, delivery, prompt, reservation, row, session, watchdog
 
-SEQUENCES, STEPS = 14, 40
+SEQUENCES, STEPS = 18, 40
 ALL = tuple(State)
 LIVE = tuple(s for s in State if s not in (State.COMPLETED, State.FAILED, State.CANCELLED))
 Op = tuple[str, dict[str, Any]]
@@ -111,6 +111,8 @@ class Generator:
                                               head=s.queue[0] if s.queue else prompt("m0"), at=at)),
             lambda: ("link_late_message", dict(bundle_id=b.id if b else "x", message_id=f"m{self.n}", at=at)),
             lambda: ("remove_bundle", dict(bundle_id=b.id if b else "x", at=at)),
+            lambda: ("hide_prompt", dict(message_id=s.prompt.message_id if s.prompt and not wrong else "m0",
+                                         at=at)),
             lambda: ("reschedule", dict(expected_due=s.recon_due if not wrong else "2000",
                                         next_due=r.choice([None, _stamp(self.n + 90)]))),
         ]
@@ -173,7 +175,7 @@ def test_random_write_sequences__both_stores_answer_alike(tables: DynamoStore) -
                 succeeded.add(op[0])
             steps += 1
     writes = {n for n in vars(ConditionalWrites) if not n.startswith("_")} - {
-        "set_task_summary", "set_workflow_step", "retire_delivery"}
+        "set_task_summary", "set_workflow_step", "retire_delivery", "quarantine", "release"}
     assert writes <= exercised, sorted(writes - exercised)
     assert writes <= succeeded, sorted(writes - succeeded)  # each write also succeeded somewhere
     print(f"\ndifferential: {steps} steps over {SEQUENCES} sequences; {len(succeeded)} write kinds succeeded")

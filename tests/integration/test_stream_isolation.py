@@ -119,4 +119,5 @@ def test_health__no_stream_status_published__plain_ok(stack: LocalStack) -> None
     """In AWS nothing publishes the pump's status: /health reports readiness only (README)."""
     store = bootstrap.deps().store
     assert store.get_meta("stream#status") is None
-    assert requests.get(stack.url + "/api/v1/health", timeout=30).json() == {"status": "ok", "ready": True}
+    assert requests.get(stack.url + "/api/v1/health", timeout=30).json() == {"status": "ok", "ready": True,
+                                                                              "quarantined_sessions": 0}

@@ -53,6 +53,7 @@ from chalicelib.services import (
 )
 from chalicelib.services.deps import Deps, Settings
 from chalicelib.services.projection import refresh_task_summary, task_summary
+from chalicelib.store import codec
 from chalicelib.store.memory import MemoryStore
 from tests.support.crash import PHASES, WRITE_METHODS, CrashingStore, KillPoint, ProcessDied, SessionTap
 from tests.support.world import World as BaseWorld
@@ -746,6 +747,27 @@ def op_delete_question(w: World, deps: Deps, ctx: Ctx) -> None:
     history.delete_message(deps, USER, ctx["old"], w.get(ctx["old"]).bundle(ctx["superseded"]).message_id)  # type: ignore[union-attr]
 
 
+def s_just_sent(w: World) -> Ctx:
+    """The user's message was admitted a moment ago; the stream has not copied it into history yet."""
+    ctx = _bg(w)
+    ctx["main"] = w.new_session()
+    ctx["message"] = w.send(ctx["main"], "sent by mistake", "oops").message_id
+    return ctx
+
+
+def op_delete_just_sent(w: World, deps: Deps, ctx: Ctx) -> None:
+    history.delete_message(deps, USER, ctx["main"], ctx["message"])
+    ctx["deleted"] = True  # the user was told it is gone
+
+
+def check_just_sent_deleted(w: World, ctx: Ctx, stage: str) -> list[str]:
+    """Once the delete answered, the message never comes back (a delete that died is simply retried)."""
+    if not ctx.get("deleted"):
+        return []
+    shown = [m["id"] for m in w.transcript(ctx["main"])["messages"]]
+    return [f"the deleted message {ctx['message']} came back"] if ctx["message"] in shown else []
+
+
 def op_workflow(w: World, deps: Deps, ctx: Ctx) -> None:
     workflow.transition(deps, USER, w.task_id, commands.transition({"to_step": "review"}))
 
@@ -830,11 +852,57 @@ def s_broken(w: World) -> Ctx:
     w.crash_during("complete_turn", "after", lambda dd: w.frames(i_session, w.frame(i_session, "turn_completed"),
                                                                   deps=dd))
     w.clock.advance(30)  # past the lease of G and the watchdog of H
+    # J: an aggregate no repair fits (its reservation names a bundle that is not there): set apart.
+    ctx["unrepairable"] = _unrepairable(w)
     return ctx
+
+
+def _unrepairable(w: World) -> str:
+    sid = w.new_session()
+    item = codec.session_to_item(w.get(sid))
+    item["reservation"] = {"turn_id": "t-nowhere", "seq": 1, "predecessor": {"id": "t0", "seq": 0, "started_at": ""},
+                           "bundle_id": f"{sid}.gone", "bundle_turn_id": "t0", "row_ids": ["q1"], "generation": 1,
+                           "created_at": w.deps.now(), "deadline": w.deps.now(), "attempted": False}
+    item.update(recon_shard="due", recon_due=w.deps.now())
+    w.memory.put_raw_session(item)
+    return sid
 
 
 def op_reconcile(w: World, deps: Deps, ctx: Ctx) -> None:
     reconcile(deps, before_traffic=True)
+
+
+def check_unrepairable(w: World, ctx: Ctx, stage: str) -> list[str]:
+    s = w.get(ctx["unrepairable"])
+    problems = [] if s.quarantined else ["the unrepairable aggregate was neither repaired nor set apart"]
+    if ctx["unrepairable"] in w.memory.due_sessions(None):
+        problems.append("a quarantined aggregate is still in the reconciler's work")
+    return problems
+
+
+def s_quarantined(w: World) -> Ctx:
+    ctx = _bg(w)
+    ctx["unrepairable"] = _unrepairable(w)
+    reconcile(w.deps, before_traffic=True)
+    assert w.get(ctx["unrepairable"]).quarantined
+    return ctx
+
+
+def op_repair_and_release(w: World, deps: Deps, ctx: Ctx) -> None:
+    """The operator removes the dangling reservation, then releases the aggregate."""
+    item = dict(w.memory.items[ctx["unrepairable"]])
+    item.pop("reservation")
+    w.memory.put_raw_session(item)
+    deps.store.release(ctx["unrepairable"], deps.now())
+    ctx["released"] = True  # the operator was told it is released
+
+
+def check_released(w: World, ctx: Ctx, stage: str) -> list[str]:
+    """Once the release answered, the repaired aggregate is back in service (a release that died is retried)."""
+    if not ctx.get("released"):
+        return []
+    return [] if w.get(ctx["unrepairable"]).quarantine is None else [
+        "a repaired aggregate stayed quarantined after its release"]
 
 
 SCENARIOS: list[Scenario] = [
@@ -866,10 +934,14 @@ SCENARIOS: list[Scenario] = [
     Scenario("the agent withdraws its question", s_live_question, op_agent_cancels),
     Scenario("dismiss a superseded question", _bg, op_dismiss),
     Scenario("delete a superseded question's message", _bg, op_delete_question),
+    Scenario("delete the message just sent (before the stream ran)", s_just_sent, op_delete_just_sent,
+             check_just_sent_deleted, pump_setup=False),
     Scenario("workflow transition guarded by the rule", _bg, op_workflow),
     Scenario("create a task and a session with a first prompt", s_create, op_create, check_create),
     Scenario("stream function (then redelivered)", s_stream, op_stream, pump_setup=False),
-    Scenario("the reconciler itself (then run again)", s_broken, op_reconcile),
+    Scenario("the reconciler itself (then run again)", s_broken, op_reconcile, check_unrepairable),
+    Scenario("an operator repairs and releases a quarantined session", s_quarantined, op_repair_and_release,
+             check_released),
 ]
 
 

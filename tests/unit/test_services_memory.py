@@ -13,6 +13,7 @@ from chalicelib.domain.errors import (
     IdempotencyMismatch,
     NotFound,
     SessionUnavailable,
+    StoreUnavailable,
 )
 from chalicelib.domain.model import Dispatch, Session, State
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
@@ -50,7 +51,7 @@ class RecordingStore(MemoryStore):
     def get_session(self, session_id: str) -> Session | None:
         if session_id in self.crash_reads:
             self.crash_reads.discard(session_id)
-            raise Crash("store unavailable")
+            raise StoreUnavailable("the database did not answer")
         return super().get_session(session_id)
 
 
