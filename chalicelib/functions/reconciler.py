@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from .. import observability as obs
 from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed, DomainError
 from ..domain.model import Dispatch, Session
 from ..domain.rules import bundle_is_active, row_pending
@@ -40,6 +41,7 @@ class Report:
     intents_retired: int = 0
     prompts_dispatched: int = 0
     prompts_retired: int = 0
+    prompts_ambiguous: int = 0
     waiters_detached: int = 0
     watchdogs_fired: int = 0
     queue_drained: int = 0
@@ -55,10 +57,12 @@ def reconcile(deps: Deps, *, before_traffic: bool) -> Report:
     for session_id in deps.store.due_sessions(None if before_traffic else now):
         report.examined += 1
         try:
-            _session(deps, session_id, report, now=now, everything=before_traffic)
+            with obs.scope(session=session_id):
+                _session(deps, session_id, report, now=now, everything=before_traffic)
         except Exception as exc:  # one broken item must not stop the pass; the run still fails
             log.exception("reconciling session %s failed", session_id)
             report.errors.append(f"{session_id}: {exc}")
+    obs.report_metrics(report)
     if report.errors:
         raise ReconcileFailed("; ".join(report.errors))
     if before_traffic:
@@ -136,7 +140,7 @@ def _prompt(deps: Deps, s: Session, report: Report, now: str, everything: bool) 
     if p is None or not _due(p.deadline, now, everything):
         return s
     if p.dispatch == Dispatch.ATTEMPTED and p.deadline:
-        report.prompts_retired += 1
+        report.prompts_ambiguous += 1
         return retire_ambiguous(deps, s)  # the agent may have it: never resend
     if p.dispatch != Dispatch.PENDING:
         return s

@@ -11,6 +11,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from .. import observability as obs
 from ..auth.tokens import Caller
 from ..domain import clarify
 from ..domain.commands import Confirm, Respond
@@ -100,6 +101,7 @@ def _deliver(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome, row
         # A rejection of a detached bundle is terminal at once: nobody to deliver to, nothing to resume.
         delivery = Delivery(deps.new_id(), tuple(rows), "rejected", "detached", now, now, key, outcome.fingerprint,
                             confirmed_at=now, result="recorded")
+        obs.bind(delivery=delivery.delivery_id)
         deps.store.claim(session.id, bundle.id, responses, status="rejected", delivery=delivery, reservation=None,
                          at=now)
         return Responded(bundle.id, "rejected", "recorded")
@@ -113,6 +115,7 @@ def _deliver_live(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome
     now = deps.now()
     delivery = Delivery(deps.new_id(), tuple(rows), outcome.status, "live", now, deps.deadline(), key,
                         outcome.fingerprint)
+    obs.bind(delivery=delivery.delivery_id)
     deps.store.claim(session.id, bundle.id, {q: outcome.response_for(q) for q in rows}, status=outcome.status,
                      delivery=delivery, reservation=None, at=now)
     if _await_confirmation(deps, session.id, bundle.id, delivery.delivery_id):
@@ -127,6 +130,7 @@ def _deliver_live(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome
         if b and b.delivery and b.delivery.delivery_id == delivery.delivery_id and not b.delivery.pending:
             return Responded(bundle.id, outcome.status, "live")
         raise DispatchFailed("the answer could not be delivered and the question is no longer active") from exc
+    obs.count(obs.RESTORES, cause="unconfirmed")
     summary_error = publish_restored(deps, restored, bundle.id, rows)
     raise DispatchFailed("no agent confirmed the answer in time; the question is now detached, so a retry "
                          "resumes the agent", restored=True, **({"summary_error": summary_error}
@@ -165,6 +169,7 @@ def publish_restored(deps: Deps, session: Session, bundle_id: str, rows: list[st
 
 
 # ------------------------------------------------------------------ the agent's side
+@obs.long_poll("waiter")
 def wait(deps: Deps, caller: Caller, clarification_id: str, timeout: int) -> tuple[int, dict[str, Any]]:
     """Long-poll for a live outcome. Renews the waiter lease once per poll."""
     session, bundle = bundle_for_agent(deps, caller, clarification_id)

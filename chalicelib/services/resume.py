@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import observability as obs
 from ..agentctl.client import AgentctlAmbiguous, PromptOutcome, PromptRequest
 from ..domain.errors import DispatchAmbiguous, DispatchFailed, DomainError
 from ..domain.model import Bundle, Delivery, Dispatch, Prompt, Reservation, Session
@@ -32,6 +33,7 @@ def respond_detached(deps: Deps, session: Session, bundle: Bundle, outcome: Outc
                               generation=session.generation + 1, created_at=now, deadline=deps.deadline())
     delivery = Delivery(deps.new_id(), tuple(rows), outcome.status, "detached", now, reservation.deadline, key,
                         outcome.fingerprint)
+    obs.bind(delivery=delivery.delivery_id, successor_turn=reservation.turn_id, generation=reservation.generation)
     session = deps.store.claim(session.id, bundle.id, responses, status=outcome.status, delivery=delivery,
                                reservation=reservation, at=now)
     prompt = Prompt(message_id=deps.new_id(), client_message_id=f"resume-{delivery.delivery_id}",
@@ -51,6 +53,7 @@ def respond_detached(deps: Deps, session: Session, bundle: Bundle, outcome: Outc
     try:
         result = deps.agentctl.prompt(request)
     except AgentctlAmbiguous as exc:
+        obs.count(obs.AMBIGUOUS_DISPATCHES, path="resume")
         _finish(deps, session.id, attempted, bundle.id, delivery, "ambiguous", Dispatch.ATTEMPTED)
         raise DispatchAmbiguous("the agent may have received the answer; it will not be sent again") from exc
     if result is PromptOutcome.REJECTED:
@@ -61,6 +64,7 @@ def respond_detached(deps: Deps, session: Session, bundle: Bundle, outcome: Outc
                                       result="resumed", dispatch=Dispatch.ACCEPTED, at=deps.now())
     except DomainError as exc:
         # Accepted but not finalised: never reopen; the reconciler replaces the reservation by the outbox.
+        obs.count(obs.AMBIGUOUS_DISPATCHES, path="resume")
         raise DispatchAmbiguous("the agent accepted the answer, but finalising failed") from exc
     return Responded(bundle.id, outcome.status, "resumed")
 
@@ -72,6 +76,7 @@ def rollback(deps: Deps, session_id: str, reservation: Reservation, bundle_id: s
         try:
             deps.store.restore_claim(session_id, bundle_id, delivery.delivery_id, list(reservation.row_ids),
                                      outcome=outcome, detach=False, at=deps.now(), reservation=reservation)
+            obs.count(obs.RESTORES, cause="rollback")
             return True
         except DomainError as exc:
             current = deps.store.get_session(session_id)
