@@ -66,7 +66,7 @@ class Api:
                 response = self._serve(fn, args, kwargs)
                 log.info("%s %s", fn.__name__, response.status_code,
                          extra={"fields": {"status": response.status_code,
-                                             "ms": round((time.monotonic() - started) * 1000)}})
+                                             "ms": round((time.monotonic() - started) * 1000, 1)}})
                 return response
         return view
 
