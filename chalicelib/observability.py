@@ -39,7 +39,6 @@ LIVE_FALL_THROUGHS = "LiveFallThroughs"  # a live answer nobody confirmed contin
 WATCHDOG_FALLBACKS = "WatchdogFallbacks"
 RECONCILER_REPAIRS = "ReconcilerRepairs"  # kind: the reconciler report's counter
 QUARANTINES = "Quarantines"  # sessions the reconciler set aside because it could not repair them
-RELEASES = "QuarantineReleases"
 STREAM_RECORD_FAILURES = "StreamRecordFailures"  # records a stream batch reported failed (to be retried)
 STREAM_RECORDS_SET_ASIDE = "StreamRecordsSetAside"  # table: records parked after their retries (local pump)
 LONG_POLL_WAITS = "LongPollWaits"  # kind: events | waiter

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,13 +108,14 @@ def heaviest(task: Path, *, bytecode: bool, top: int = 25) -> list[tuple[str, fl
     """`python -X importtime -c "import app"` in the package: self time per top-level package, in ms."""
     done = subprocess.run([sys.executable, "-S", "-s", "-E", "-X", "importtime", "-c", "import app"], cwd=task,
                           env=_env(bytecode), capture_output=True, text=True, check=True)
-    per: Counter[str] = Counter()
+    per: dict[str, float] = {}
     for line in done.stderr.splitlines():
         m = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
         if m:
             name = m.group(2)
-            per[name if name.startswith("chalicelib") else name.split(".")[0]] += int(m.group(1)) / 1000
-    return per.most_common(top)
+            key = name if name.startswith("chalicelib") else name.split(".")[0]
+            per[key] = per.get(key, 0.0) + int(m.group(1)) / 1000
+    return sorted(per.items(), key=lambda kv: -kv[1])[:top]
 
 
 def main(argv: list[str] | None = None) -> int:

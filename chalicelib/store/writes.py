@@ -276,6 +276,13 @@ class ConditionalWrites:
         w.drop(("watchdog",)).put(("state",), State.RUNNING.value).prompt(prompt)
         return self._commit(session_id, w.done(at))
 
+    def release_quarantine(self, session_id: str, *, due: str, at: str) -> Session:
+        """An operator's release after a repair: the quarantine mark goes and the session is back in the
+        reconciler's index, due at `due`, so the next run examines it (and clears the entry if nothing is
+        outstanding). Raises ConditionFailed when the session is not quarantined."""
+        w = _Builder().require(c.quarantined()).drop(("quarantine",))
+        return self._commit(session_id, w.deadline(due).done(at))
+
     def reschedule(self, session_id: str, *, expected_due: str | None, next_due: str | None) -> bool:
         """The reconciler's compare-and-set on the owner deadline; False when a writer set a new one."""
         w = _Builder().require(c.recon_due_is(expected_due))

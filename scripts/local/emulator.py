@@ -13,7 +13,7 @@ from typing import Any
 from moto.core.responses import ActionResult
 from moto.dynamodb.exceptions import ItemSizeToUpdateTooLarge
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
 from moto.dynamodb.responses import DynamoHandler
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -37,7 +37,7 @@ def _refused_updates_store_nothing() -> None:
             return original(self, table_name, key, *args, **kwargs)
         except ItemSizeToUpdateTooLarge:
             if item is not None and saved is not None:
-                item.attrs = {name: DynamoType(value) for name, value in saved.items()}
+                item.attrs = LimitedSizeDict({name: DynamoType(value) for name, value in saved.items()})
             raise
     update_item.restores_refused = True  # type: ignore[attr-defined]
     DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
@@ -66,7 +66,7 @@ def _items_as_json() -> None:
             return 200, {**self.response_headers, "Content-Type": "application/x-amz-json-1.0"}, body
         return original(self, action_result)
     serialized.items_as_json = True  # type: ignore[attr-defined]
-    DynamoHandler.serialized = serialized  # type: ignore[method-assign]
+    DynamoHandler.serialized = serialized  # type: ignore[method-assign,assignment]
 
 
 _items_as_json()

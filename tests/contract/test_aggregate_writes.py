@@ -294,7 +294,8 @@ def test_write__both_stores__same_outcome(store: Any, case: Case) -> None:
 
 def test_every_aggregate_write__has_a_contract_case() -> None:
     methods = {name for name in vars(ConditionalWrites) if not name.startswith("_")} - {
-        "set_task_summary", "set_workflow_step", "reschedule"}  # in test_records.py
+        "set_task_summary", "set_workflow_step", "reschedule",  # in test_records.py
+        "release_quarantine"}  # below: a quarantine mark is not part of the domain model
     covered = {case.name.split("/")[0] for case in CASES}
     assert methods <= covered, sorted(methods - covered)
 
@@ -338,3 +339,19 @@ def test_task_writes__both_stores(store: Any) -> None:
     assert store.get_task(t.id) == replace(cleared, workflow_step="review")
     with pytest.raises(ConditionFailed):
         store.set_workflow_step("no-such-task", "review")
+
+
+def test_release_quarantine__both_stores__mark_gone_and_back_in_the_index(store: Any) -> None:
+    sid = f"s{uuid.uuid4().hex[:10]}"
+    item = {**codec.session_to_item(waiting(sid)), "quarantine": {"reason": "reservation names no bundle", "at": AT},
+            "recon_shard": "quarantined", "recon_due": AT}
+    put_raw(store, item)
+
+    released = store.release_quarantine(sid, due=LATER, at=LATER)
+
+    after = raw(store, sid)
+    assert "quarantine" not in after and (after["recon_shard"], after["recon_due"]) == ("due", LATER)
+    assert released.version == 2 and released.bundles == waiting(sid).bundles
+    with pytest.raises(ConditionFailed):  # not quarantined any more: nothing to release, nothing written
+        store.release_quarantine(sid, due=LATER, at=LATER)
+    assert raw(store, sid) == after
