@@ -53,7 +53,10 @@ ID_KEYS = ("request_id", "route", "workspace", "task", "session", "turn", "clari
 F = TypeVar("F", bound=Callable[..., Any])
 
 _ids: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("clarify_ids", default=MappingProxyType({}))
-_metrics_log = logging.getLogger("clarify.metrics")
+# Not under "clarify": that is the Chalice app's own logger, which prints its records itself and does not
+# propagate them.
+METRICS_LOGGER = "chalicelib.metrics"
+_metrics_log = logging.getLogger(METRICS_LOGGER)
 _metrics_log.setLevel(logging.INFO)  # metrics never depend on the log level
 _cold = True
 
