@@ -2,6 +2,7 @@
 services emit (resume's ambiguous dispatch, the reconciler's report) over the in-memory world."""
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 import logging
@@ -39,6 +40,15 @@ def records() -> Iterator[Records]:
     logger.removeHandler(handler)
 
 
+def fresh(test: Any) -> Any:
+    """Run the test in an empty context: services called outside any request scope leave ids bound."""
+    def run() -> None:
+        contextvars.Context().run(test)
+    run.__name__ = test.__name__
+    return run
+
+
+@fresh
 def test_scope__ids_bound_inside__gone_after_and_none_unbinds() -> None:
     with obs.scope(session="s1", turn="t1"):
         obs.bind(delivery="d1", turn=None)
@@ -46,6 +56,7 @@ def test_scope__ids_bound_inside__gone_after_and_none_unbinds() -> None:
     assert "session" not in obs.current() and "delivery" not in obs.current()
 
 
+@fresh
 def test_formats__json_line_and_readable_line__carry_ids_and_fields() -> None:
     log = logging.getLogger("test.formats")
     with obs.scope(request_id="r1", session="s1"):
