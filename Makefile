@@ -12,8 +12,9 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
 
+# Logs are readable lines; `make run LOG_FORMAT=json` prints one JSON object per line, as in Lambda.
 run: $(STAMP)
-	$(PY) -m scripts.local.run
+	$(PY) -m scripts.local.run $(if $(filter json,$(LOG_FORMAT)),--json-logs)
 
 test: $(STAMP)
 	$(PY) -m ruff check app.py chalicelib infra scripts tests

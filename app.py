@@ -6,6 +6,7 @@ from typing import Any, cast
 
 from chalice import AuthResponse, Chalice, Rate
 
+from chalicelib import observability as obs
 from chalicelib.api import static
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
@@ -31,6 +32,7 @@ from chalicelib.services import (
 )
 from chalicelib.services.deps import Deps
 
+obs.configure_lambda()
 app = Chalice(app_name="clarify")
 api = Api(app)
 V1 = "/api/v1"
@@ -127,7 +129,10 @@ def cancel_session(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
 @api.endpoint
 def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
-    admission = messages.send_message(d, caller, session_id, commands.send_message(api.body()))
+    command = commands.send_message(api.body())
+    admission = messages.send_message(d, caller, session_id, command)
+    if command.in_reply_to is not None and not admission.replayed:
+        obs.count(obs.ANSWERS, delivery="late")
     return (200 if admission.replayed else 201), admission.as_dict()
 
 
@@ -166,6 +171,7 @@ def turns(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
 def respond(d: Deps, caller: Caller, clarification_id: str) -> tuple[int, Any]:
     result = responses.respond(d, caller, clarification_id, commands.respond(api.body()),
                                commands.idempotency_key(api.header("Idempotency-Key")))
+    obs.count(obs.ANSWERS, delivery=result.delivery)
     return 200, result.as_dict()
 
 
@@ -240,28 +246,33 @@ def _stream_arn(table: str) -> str:
 
 @app.on_dynamodb_record(stream_arn=_stream_arn("sessions"), batch_size=100, starting_position="TRIM_HORIZON",
                         name="sessions_stream")
+@obs.invocation("sessions_stream")
 def sessions_stream(event: Any) -> dict[str, Any]:
     return streams.process_batch(deps(), (r.to_dict() for r in event), streams.on_session_record)
 
 
 @app.on_dynamodb_record(stream_arn=_stream_arn("history"), batch_size=100, starting_position="TRIM_HORIZON",
                         name="history_stream")
+@obs.invocation("history_stream")
 def history_stream(event: Any) -> dict[str, Any]:
     return streams.process_batch(deps(), (r.to_dict() for r in event), streams.on_history_record)
 
 
 @app.on_dynamodb_record(stream_arn=_stream_arn("tasks"), batch_size=100, starting_position="TRIM_HORIZON",
                         name="tasks_stream")
+@obs.invocation("tasks_stream")
 def tasks_stream(event: Any) -> dict[str, Any]:
     return streams.process_batch(deps(), (r.to_dict() for r in event), streams.on_task_record)
 
 
 @app.lambda_function(name="reconcile_before_traffic")
+@obs.invocation("reconcile_before_traffic")
 def reconcile_before_traffic(event: Any, context: Any) -> dict[str, Any]:
     """Invoked by the deploy (and the local run command) before the API takes traffic."""
     return reconciler.reconcile(deps(), before_traffic=True).as_dict()
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile_scheduled")
+@obs.invocation("reconcile_scheduled")
 def reconcile_scheduled(event: Any) -> dict[str, Any]:
     return reconciler.reconcile(deps(), before_traffic=False).as_dict()

@@ -7,10 +7,10 @@ picks https), so the bundled moto server and a LocalStack on the same edge port 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore.config import Config
+if TYPE_CHECKING:
+    from botocore.config import Config
 
 DEFAULT_REGION = "us-east-1"
 
@@ -38,6 +38,9 @@ def local_endpoint() -> str:
 def client(service: str, *, endpoint_url: str | None = None, region_name: str | None = None,
            config: Config | None = None) -> Any:
     """A boto3 client: against `endpoint_url` (a specific emulator), the environment's emulator, or AWS."""
+    # Imported here, by the first client: boto3 is most of a cold start, and the authorizer never needs it.
+    import boto3
+
     endpoint = endpoint_url or emulator_endpoint()
     if endpoint is None:
         return boto3.client(service, region_name=region_name or region(), config=config)

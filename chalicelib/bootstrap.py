@@ -1,4 +1,9 @@
-"""Builds the real dependencies once, lazily, from the environment (Chalice sets it per stage)."""
+"""Builds the real dependencies once, lazily, from the environment (Chalice sets it per stage).
+
+The store, the bus and the agent client are imported by `build`, not by this module: every function of the
+stack imports app.py, and the authorizer (on every request's path) never needs them; the others import them
+on their first invocation.
+"""
 from __future__ import annotations
 
 import logging
@@ -7,16 +12,14 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from . import aws
-from .agentctl.client import HttpAgentctl
 from .auth.tokens import DEFAULT_MAX_LIFETIME, mint
-from .bus.eventbridge import EventBridgeBus
-from .bus.protocol import Bus
 from .services.deps import Deps, Settings
-from .store import models
-from .store.dynamo import DynamoStore
-from .store.feed_index import DynamoFeedIndex
+
+if TYPE_CHECKING:
+    from .bus.protocol import Bus
 
 log = logging.getLogger(__name__)
 NO_BUS = "none"
@@ -37,6 +40,8 @@ def token_max_lifetime() -> int:
 
 
 def configure_tables() -> None:
+    from .store import models
+
     models.configure(prefix=os.environ.get("CLARIFY_TABLE_PREFIX", "clarify-local-"),
                      host=aws.emulator_endpoint(), region=aws.region())
 
@@ -51,10 +56,16 @@ def event_bus() -> Bus | None:
     if name == NO_BUS:
         log.warning("CLARIFY_EVENT_BUS=none: events reach the client feed only; no event bus hears of them")
         return None
+    from .bus.eventbridge import EventBridgeBus
+
     return EventBridgeBus(name)
 
 
 def build() -> Deps:
+    from .agentctl.client import HttpAgentctl
+    from .store.dynamo import DynamoStore
+    from .store.feed_index import DynamoFeedIndex
+
     configure_tables()
     secret = auth_secret()
     bus = event_bus()

@@ -1,10 +1,14 @@
 """Log groups, the stream dead-letter queue, the alarm topic and the alarms an operator pages on."""
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from chalicelib import observability as obs
 
 Resource = dict[str, Any]
 ALARM_TOPIC = "AlarmTopic"
+DASHBOARD = "OperationsDashboard"
 STREAM_DLQ = "StreamFailureQueue"
 LOG_RETENTION_DAYS = 30
 # Stream records older than this mean projections and client events lag visibly behind the aggregate.
@@ -80,3 +84,68 @@ def queue_alarm(description: str, queue: str) -> Resource:
 def dlq_alarm() -> Resource:
     """A stream batch exhausted its retries: a projection or a client event is missing until replayed."""
     return queue_alarm("stream batches exhausted their retries (see the stream failure queue)", STREAM_DLQ)
+
+
+# ------------------------------------------------------------------ Clarify's own metrics (chalicelib.observability)
+def _service(service: str) -> list[dict[str, Any]]:
+    return [{"Name": "service", "Value": service}]
+
+
+def ambiguous_dispatch_alarm(service: str) -> Resource:
+    """An agent may or may not have received a prompt or a resumed answer: it is never sent again, so a person
+    looks at the session (clarify-ops session ID) and, if the agent lost it, asks the user to answer again."""
+    return _alarm(f"{service}: a dispatch to an agent ended ambiguous (not resent)", obs.NAMESPACE,
+                  obs.AMBIGUOUS_DISPATCHES, _service(service), statistic="Sum", threshold=1, period=300)
+
+
+def quarantine_alarm(service: str) -> Resource:
+    """The reconciler set a session aside that it could not repair: it takes no more input until a person
+    repairs it and releases it (clarify-ops outstanding, session ID, release ID)."""
+    return _alarm(f"{service}: the reconciler quarantined a session", obs.NAMESPACE, obs.QUARANTINES,
+                  _service(service), statistic="Sum", threshold=1, period=300)
+
+
+def dashboard(service: str, functions: list[tuple[str, str]], streams: list[str], queue: str) -> Resource:
+    """One page for on-call: answers, conflicts, the alarmed metrics, the reconciler, the streams, errors.
+
+    `functions` are (function name, title), `streams` the stream functions' names, `queue` the stream
+    failure queue's name. Breakdowns are SEARCH expressions, so a new delivery or reason shows up unasked."""
+    def search(metric: str, dimension: str, stat: str = "Sum") -> list[Any]:
+        expr = (f"SEARCH('{{{obs.NAMESPACE},service,{dimension}}} MetricName=\"{metric}\" "
+                f"service=\"{service}\"', '{stat}', 60)")
+        return [{"expression": expr, "id": metric.lower(), "label": ""}]
+
+    def own(*metrics: str, stat: str = "Sum") -> list[Any]:
+        return [[obs.NAMESPACE, m, "service", service, {"stat": stat}] for m in metrics]
+
+    def lambda_metric(metric: str, stat: str) -> list[Any]:
+        return [["AWS/Lambda", metric, "FunctionName", name, {"stat": stat, "label": title}]
+                for name, title in functions if not streams or metric != "IteratorAge" or name in streams]
+
+    def widget(title: str, metrics: list[Any], x: int, y: int) -> dict[str, Any]:
+        return {"type": "metric", "x": x, "y": y, "width": 12, "height": 6,
+                "properties": {"title": title, "region": "${AWS::Region}", "view": "timeSeries",
+                               "stacked": False, "period": 60, "metrics": metrics}}
+
+    widgets = [
+        widget("Answers by delivery (live, resumed, recorded, late)", search(obs.ANSWERS, "delivery"), 0, 0),
+        widget("Conflicts (409) by reason", search(obs.CONFLICTS, "reason"), 12, 0),
+        widget("Alarmed: ambiguous dispatches, quarantines",
+               own(obs.AMBIGUOUS_DISPATCHES, obs.QUARANTINES), 0, 6),
+        widget("Restores, watchdog fallbacks, live answers falling through",
+               own(obs.RESTORES, obs.WATCHDOG_FALLBACKS, obs.LIVE_FALL_THROUGHS), 12, 6),
+        widget("Reconciler repairs by kind", search(obs.RECONCILER_REPAIRS, "kind"), 0, 12),
+        widget("Long-poll waits (count) and time held (s, average)",
+               own(obs.LONG_POLL_WAITS) + own(obs.LONG_POLL_SECONDS, stat="Average"), 12, 12),
+        widget("Stream iterator age (ms, max)",
+               [["AWS/Lambda", "IteratorAge", "FunctionName", name, {"stat": "Maximum"}] for name in streams],
+               0, 18),
+        widget("Stream records failed (retried) and batches parked in the failure queue",
+               own(obs.STREAM_RECORD_FAILURES) + [["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName",
+                                                  queue, {"stat": "Maximum"}]], 12, 18),
+        widget("Function errors", lambda_metric("Errors", "Sum"), 0, 24),
+        widget("Function invocations", lambda_metric("Invocations", "Sum"), 12, 24),
+    ]
+    return {"Type": "AWS::CloudWatch::Dashboard",
+            "Properties": {"DashboardName": f"{service}-operations",
+                           "DashboardBody": {"Fn::Sub": json.dumps({"widgets": widgets})}}}

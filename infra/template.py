@@ -58,7 +58,11 @@ def build(chalice: Template, *, deployment_id: str, app_name: str, stage: str) -
     resources.update(tables)
     resources.update(_shared(app_name, stage))
     for fn in functions:
-        resources.update(_wire_function(resources[fn.logical], fn, deployment_id))
+        resources.update(_wire_function(resources[fn.logical], fn, deployment_id, service=f"{app_name}-{stage}"))
+    resources[obs.DASHBOARD] = obs.dashboard(
+        f"{app_name}-{stage}", [(fn.name, fn.handler) for fn in functions],
+        [fn.name for fn in functions if list(_stream_events(resources[fn.logical]["Properties"]))],
+        f"{app_name}-{stage}-stream-failures")
     reconciler = _by_handler(functions, "reconcile_before_traffic")
     resources[reconciler.logical]["Properties"]["Timeout"] = RECONCILER_TIMEOUT
     resources.update(gate_resources(
@@ -119,10 +123,12 @@ def _shared(app_name: str, stage: str) -> dict[str, Any]:
         obs.STREAM_DLQ: obs.stream_dlq(f"{app_name}-{stage}-stream-failures"),
         obs.ALARM_TOPIC: obs.alarm_topic(),
         "StreamFailureQueueAlarm": obs.dlq_alarm(),
+        "AmbiguousDispatchAlarm": obs.ambiguous_dispatch_alarm(f"{app_name}-{stage}"),
+        "QuarantineAlarm": obs.quarantine_alarm(f"{app_name}-{stage}"),
     }
 
 
-def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str) -> dict[str, Any]:
+def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str, *, service: str) -> dict[str, Any]:
     """Name, environment, role and stream settings for one Chalice function; returns the resources it adds."""
     access = access_for(fn.handler)
     props = res["Properties"]
@@ -133,6 +139,8 @@ def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str) -> dic
         "CLARIFY_AUTH_SECRET": {"Ref": "AuthSecret"},
         "CLARIFY_AGENTCTL_URL": {"Ref": "AgentctlUrl"},
         "CLARIFY_EVENT_BUS": {"Ref": EVENT_BUS},
+        # Every log line and metric names the stack; the alarms and the dashboard select on it.
+        "CLARIFY_SERVICE": service,
     })
     role, logs = f"{fn.logical}Role", f"{fn.logical}LogGroup"
     props["Role"] = {"Fn::GetAtt": [role, "Arn"]}

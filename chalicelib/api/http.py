@@ -4,11 +4,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from chalice import Chalice, Response
 
+from .. import observability as obs
 from ..auth.tokens import Caller
 from ..bootstrap import deps
 from ..domain.errors import DomainError, NotReady, PayloadTooLarge
@@ -59,22 +61,50 @@ class Api:
     def endpoint(self, fn: Callable[..., tuple[int, Any]]) -> Callable[..., Response]:
         @functools.wraps(fn)
         def view(*args: Any, **kwargs: Any) -> Response:
-            try:
-                d: Deps = deps()
-                if not readiness.is_ready(d):
-                    raise NotReady("Clarify is reconciling; it takes traffic once that succeeds")
-                self._check_request(kwargs)
-                status, body = fn(d, self.caller(), *args, **kwargs)
-                return json_response(status, body)
-            except DomainError as exc:
-                status, payload = error_payload(exc)
-                return json_response(status, _bounded(payload))
-            except Exception:
-                log.exception("unhandled error")
-                # A fault we did not foresee: nothing says the same request will succeed later.
-                return json_response(500, envelope("internal_error", "an internal error occurred",
-                                                   retryable=False))
+            started = time.monotonic()
+            with obs.scope(**self._ids(fn.__name__, kwargs)):
+                response = self._serve(fn, args, kwargs)
+                log.info("%s %s", fn.__name__, response.status_code,
+                         extra={"fields": {"status": response.status_code,
+                                             "ms": round((time.monotonic() - started) * 1000, 1)}})
+                return response
         return view
+
+    def _serve(self, fn: Callable[..., tuple[int, Any]], args: Any, kwargs: dict[str, Any]) -> Response:
+        try:
+            d: Deps = deps()
+            if not readiness.is_ready(d):
+                raise NotReady("Clarify is reconciling; it takes traffic once that succeeds")
+            self._check_request(kwargs)
+            caller = self.caller()
+            obs.bind(workspace=caller.workspace_id)
+            status, body = fn(d, caller, *args, **kwargs)
+            return json_response(status, body)
+        except DomainError as exc:
+            status, payload = error_payload(exc)
+            if status == 409:
+                error = payload["error"]
+                obs.count(obs.CONFLICTS, reason=(error.get("details") or {}).get("reason") or error["code"])
+            return json_response(status, _bounded(payload))
+        except Exception:
+            log.exception("unhandled error")
+            # A fault we did not foresee: nothing says the same request will succeed later.
+            return json_response(500, envelope("internal_error", "an internal error occurred", retryable=False))
+
+    def _ids(self, route: str, path_params: dict[str, Any]) -> dict[str, object]:
+        """The request's ids: API Gateway's request id (else the invocation's), the route, the path's ids
+        (only well-formed ones: a log never repeats arbitrary input)."""
+        request = self.app.current_request
+        context = (request.context or {}) if request is not None else {}
+        lambda_context = getattr(self.app, "lambda_context", None)
+        ids: dict[str, object] = {
+            "request_id": context.get("requestId") or getattr(lambda_context, "aws_request_id", None),
+            "route": route}
+        for name in ("task_id", "session_id", "clarification_id"):
+            value = path_params.get(name)
+            if isinstance(value, str) and len(value) <= boundary.MAX_PATH_ID and boundary.PATH_ID.match(value):
+                ids[name.removesuffix("_id")] = value
+        return ids
 
     def _check_request(self, path_params: dict[str, Any]) -> None:
         """Before any service runs: the body cap (whether or not the route reads a body) and path ids."""

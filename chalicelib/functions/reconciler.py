@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from .. import observability as obs
 from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed, DomainError, StoreUnavailable
 from ..domain.model import Dispatch, Session
 from ..domain.rules import bundle_is_active, row_pending
@@ -48,6 +49,7 @@ class Report:
     intents_retired: int = 0
     prompts_dispatched: int = 0
     prompts_retired: int = 0
+    prompts_ambiguous: int = 0
     waiters_detached: int = 0
     watchdogs_fired: int = 0
     queue_drained: int = 0
@@ -64,13 +66,15 @@ def reconcile(deps: Deps, *, before_traffic: bool) -> Report:
     for session_id in deps.store.due_sessions(None if before_traffic else now):
         report.examined += 1
         try:
-            _session(deps, session_id, report, now=now, everything=before_traffic)
+            with obs.scope(session=session_id):
+                _session(deps, session_id, report, now=now, everything=before_traffic)
         except (Unpublished, StoreUnavailable) as exc:  # the bus or the database, not this session's item:
             log.error("reconciling session %s: %s", session_id, exc)  # the run fails; the next one retries
             report.errors.append(f"{session_id}: {exc}")
         except Exception as exc:  # this session's item itself: set it apart, never let it hold the others
             log.exception("reconciling session %s failed: quarantined", session_id)
             _quarantine(deps, session_id, f"{type(exc).__name__}: {exc}", report)
+    obs.report_metrics(report)
     if report.errors:
         raise ReconcileFailed("; ".join(report.errors))
     if before_traffic:
@@ -83,6 +87,7 @@ def _quarantine(deps: Deps, session_id: str, reason: str, report: Report) -> Non
     try:
         deps.store.quarantine(session_id, reason, deps.now())
         report.quarantined.append(session_id)
+        obs.count(obs.QUARANTINES)
     except Exception as exc:  # could not even mark it: the run fails and the next one tries again
         log.exception("quarantining session %s failed", session_id)
         report.errors.append(f"{session_id}: {reason}; quarantine failed: {exc}")
@@ -171,7 +176,7 @@ def _prompt(deps: Deps, s: Session, report: Report, now: str, everything: bool) 
     if p is None or not _due(p.deadline, now, everything):
         return s
     if p.dispatch == Dispatch.ATTEMPTED and p.deadline:
-        report.prompts_retired += 1
+        report.prompts_ambiguous += 1
         return retire_ambiguous(deps, s)  # the agent may have it: never resend
     if p.dispatch != Dispatch.PENDING:
         return s

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import observability as obs
 from ..domain.clarify import visible_rows
 from ..domain.model import Bundle, Session, Turn, TurnRecord
 from ..domain.public import clarification_view, message_view, session_view, task_view
@@ -54,7 +55,8 @@ def process_batch(deps: Deps, records: Iterable[Record], handle: Callable[[Deps,
             continue
         outbox.record = index
         try:
-            handle(batch, record)
+            with obs.scope(stream_record=_sequence(record), **_keys(record)):
+                handle(batch, record)
         except Exception:
             log.exception("stream record %s failed", _sequence(record))
             failed.add(index)
@@ -64,11 +66,20 @@ def process_batch(deps: Deps, records: Iterable[Record], handle: Callable[[Deps,
         log.error("stream record %s: its events were not published; retrying it", _sequence(records[index]))
         item = _item(records[index])
         failed.update(i for i in range(index, len(records)) if _item(records[i]) == item)
+    if failed:
+        obs.count(obs.STREAM_RECORD_FAILURES, len(failed))
     return {"batchItemFailures": [{"itemIdentifier": _sequence(records[i])} for i in sorted(failed)]}
 
 
 def _item(record: Record) -> str:
     return json.dumps(record.get("dynamodb", {}).get("Keys"), sort_keys=True, default=str)
+
+
+def _keys(record: Record) -> dict[str, object]:
+    """The changed item's ids for the log: sessions and tasks by key, history items by their session."""
+    image = record.get("dynamodb", {})
+    keys = {**(image.get("Keys") or {}), **(image.get("NewImage") or image.get("OldImage") or {})}
+    return {name: (keys.get(f"{name}_id") or {}).get("S") for name in ("workspace", "task", "session")}
 
 
 def _sequence(record: Record) -> str:
@@ -82,6 +93,7 @@ def on_session_record(deps: Deps, record: Record) -> None:
         return
     new = codec.session_from_item(new_item)
     old = codec.session_from_item(old_item) if old_item else None
+    obs.bind_session(new)
     _turns(deps, old, new)
     _prompt_message(deps, old, new)
     _bundles(deps, old, new)

@@ -1,6 +1,7 @@
 """Scope-checked loading: anything outside the caller's scope is NotFound, exactly like a missing item."""
 from __future__ import annotations
 
+from .. import observability as obs
 from ..auth.tokens import Caller
 from ..domain.errors import NotFound, SessionUnavailable
 from ..domain.model import Session, Task
@@ -12,6 +13,7 @@ def task_for_user(deps: Deps, caller: Caller, task_id: str) -> Task:
     task = deps.store.get_task(task_id)
     if task is None or task.workspace_id != caller.workspace_id:
         raise NotFound("task not found")
+    obs.bind(task=task.id)
     return task
 
 
@@ -21,6 +23,7 @@ def session_for_user(deps: Deps, caller: Caller, session_id: str, *, reading: bo
     session = deps.store.get_session(session_id)
     if session is None or session.workspace_id != caller.workspace_id:
         raise NotFound("session not found")
+    obs.bind_session(session)
     return session if reading else admitted(session)
 
 
@@ -29,6 +32,7 @@ def session_for_agent(deps: Deps, caller: Caller, session_id: str) -> Session:
     session = deps.store.get_session(session_id)
     if session is None or session.workspace_id != caller.workspace_id:
         raise NotFound("session not found")
+    obs.bind_session(session)
     return admitted(session)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import observability as obs
 from ..agentctl.client import AgentctlAmbiguous, CancelRequest
 from ..auth.tokens import Caller
 from ..domain import clarify
@@ -42,6 +43,7 @@ def _bundle(session: Session, clarification_id: str) -> Bundle:
     bundle = session.bundle(clarification_id)
     if bundle is None:
         raise NotFound("clarification not found")
+    obs.bind(clarification=bundle.id, turn=bundle.turn_id)
     return bundle
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from ..agentctl.client import Agentctl
-from ..bus.protocol import Bus
 from ..domain.time import iso, parse_iso
-from ..store.feed_index import FeedIndex
-from ..store.protocol import Store
-from .outbox import Outbox
+
+if TYPE_CHECKING:  # the real implementations are built (and imported) by chalicelib.bootstrap
+    from ..agentctl.client import Agentctl
+    from ..bus.protocol import Bus
+    from ..store.feed_index import FeedIndex
+    from ..store.protocol import Store
+    from .outbox import Outbox
 
 __all__ = ["Deps", "Settings", "iso", "parse_iso"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import observability as obs
 from ..agentctl.client import AgentctlAmbiguous, PromptOutcome, PromptRequest
 from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed
 from ..domain.model import Dispatch, Prompt, Session
@@ -32,6 +33,7 @@ def dispatch_prompt(deps: Deps, session: Session, prompt: Prompt) -> Session:
         outcome = deps.agentctl.prompt(request)
     except AgentctlAmbiguous as exc:
         log.warning("prompt %s of session %s is ambiguous: %s", prompt.message_id, session.id, exc)
+        obs.count(obs.AMBIGUOUS_DISPATCHES, path="prompt")
         raise DispatchAmbiguous("the agent may have received the prompt; it will not be sent again") from exc
     if outcome is PromptOutcome.ACCEPTED:
         return store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.ATTEMPTED, to=Dispatch.ACCEPTED,

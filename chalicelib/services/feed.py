@@ -9,6 +9,7 @@ import base64
 import json
 from dataclasses import dataclass
 
+from .. import observability as obs
 from ..auth.tokens import Caller
 from ..domain.errors import ValidationError
 from ..domain.model import Event
@@ -38,6 +39,7 @@ def _decode(cursor: str) -> tuple[str, str]:
         raise ValidationError("after", "after is not a cursor this feed issued") from exc
 
 
+@obs.long_poll("events")
 def list_events(deps: Deps, caller: Caller, after: str | None, wait: int) -> Page:
     caller.require_user()
     if after == "now":  # start from the present: nothing older, but every later write (even a lagging one)

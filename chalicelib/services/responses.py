@@ -12,6 +12,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from .. import observability as obs
 from ..auth.tokens import Caller
 from ..domain import clarify
 from ..domain.commands import Confirm, Respond
@@ -104,6 +105,7 @@ def _deliver(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome, row
         # A rejection of a detached bundle is terminal at once: nobody to deliver to, nothing to resume.
         delivery = Delivery(deps.new_id(), tuple(rows), "rejected", "detached", now, now, key, outcome.fingerprint,
                             confirmed_at=now, result="recorded")
+        obs.bind(delivery=delivery.delivery_id)
         deps.store.claim(session.id, bundle.id, responses, status="rejected", delivery=delivery, reservation=None,
                          at=now)
         return Responded(bundle.id, "rejected", "recorded")
@@ -120,6 +122,7 @@ def _deliver_live(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome
     now = deps.now()
     delivery = Delivery(deps.new_id(), tuple(rows), outcome.status, "live", now, deps.deadline(), key,
                         outcome.fingerprint)
+    obs.bind(delivery=delivery.delivery_id)
     deps.store.claim(session.id, bundle.id, {q: outcome.response_for(q) for q in rows}, status=outcome.status,
                      delivery=delivery, reservation=None, at=now)
     settled = _settled(deps, session.id, bundle.id, delivery.delivery_id, deps.settings.confirm_wait)
@@ -175,6 +178,7 @@ def _result(bundle_id: str, d: Delivery) -> Responded:
 
 
 # ------------------------------------------------------------------ the agent's side
+@obs.long_poll("waiter")
 def wait(deps: Deps, caller: Caller, clarification_id: str, timeout: int) -> tuple[int, dict[str, Any]]:
     """Long-poll for a live outcome, reading the aggregate with back-off. Renews the waiter lease once."""
     session, bundle = bundle_for_agent(deps, caller, clarification_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from .. import observability as obs
 from ..agentctl.client import AgentctlAmbiguous, PromptOutcome, PromptRequest
 from ..domain.errors import DispatchAmbiguous, DispatchFailed, DomainError, SessionUnavailable
 from ..domain.model import Bundle, Delivery, Dispatch, Prompt, Reservation, Session, StartEvent, Turn
@@ -45,6 +46,7 @@ def fall_through(deps: Deps, session: Session, bundle: Bundle, delivery: Deliver
     racing the waiter's confirmation), then the agent is resumed exactly once."""
     reservation = _reservation(deps, session, bundle, list(delivery.row_ids))
     session = deps.store.fall_through(session.id, bundle.id, delivery.delivery_id, reservation, at=deps.now())
+    obs.count(obs.LIVE_FALL_THROUGHS)
     return resume(deps, session, bundle, reservation, replace(delivery, mode="detached",
                                                               deadline=reservation.deadline))
 
@@ -59,6 +61,7 @@ def _reservation(deps: Deps, session: Session, bundle: Bundle, rows: list[str]) 
 
 def resume(deps: Deps, session: Session, bundle: Bundle, reservation: Reservation, delivery: Delivery) -> Responded:
     """From a claim with its reservation: mark attempted, call agentctl once, publish, acknowledge."""
+    obs.bind(delivery=delivery.delivery_id, successor_turn=reservation.turn_id, generation=reservation.generation)
     stored = session.bundle(bundle.id) or bundle
     responses = {r.question.question_id: dict(r.response) for r in stored.rows
                  if r.question.question_id in reservation.row_ids and r.response is not None}
@@ -79,6 +82,7 @@ def resume(deps: Deps, session: Session, bundle: Bundle, reservation: Reservatio
     try:
         result = deps.agentctl.prompt(request)
     except AgentctlAmbiguous as exc:
+        obs.count(obs.AMBIGUOUS_DISPATCHES, path="resume")
         recover(deps, session, attempted, delivery.delivery_id, "ambiguous")
         raise DispatchAmbiguous("the agent may have received the answer; it will not be sent again") from exc
     if result is PromptOutcome.REJECTED:
@@ -99,6 +103,7 @@ def resume(deps: Deps, session: Session, bundle: Bundle, reservation: Reservatio
                                       result="resumed", dispatch=Dispatch.ACCEPTED, at=deps.now())
     except DomainError as exc:
         # Accepted but not acknowledged: never reopen; the reconciler replaces the reservation by the outbox.
+        obs.count(obs.AMBIGUOUS_DISPATCHES, path="resume")
         raise DispatchAmbiguous("the agent accepted the answer, but finalising failed") from exc
     return Responded(bundle.id, delivery.outcome, "resumed")
 
@@ -129,6 +134,7 @@ def rollback(deps: Deps, session_id: str, reservation: Reservation, bundle_id: s
             restored = deps.store.restore_claim(session_id, bundle_id, delivery.delivery_id,
                                                 list(reservation.row_ids), outcome=delivery.outcome, detach=False,
                                                 at=deps.now(), reservation=reservation)
+            obs.count(obs.RESTORES, cause="rollback")
             break
         except DomainError as exc:
             current = deps.store.get_session(session_id)

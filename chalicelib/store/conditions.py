@@ -156,6 +156,11 @@ def queue_head_is(message_id: str) -> Clause:
     return Equals(("queue", 0, "message_id"), message_id)
 
 
+def quarantined() -> Clause:
+    """A release lifts only a quarantine that is there: it never touches a healthy session."""
+    return Exists(("quarantine",))
+
+
 def recon_due_is(due: str | None) -> Clause:
     """The reconciler clears or moves only the owner deadline it read: a writer's newer one survives."""
     return Missing(("recon_due",)) if due is None else Equals(("recon_due",), due)

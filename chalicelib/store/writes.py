@@ -347,7 +347,7 @@ class ConditionalWrites:
 
     def release(self, session_id: str, at: str) -> None:
         """An operator repaired the aggregate: back to normal, and the reconciler looks at it at once."""
-        w = _Builder().require(Exists(("quarantine",))).drop(("quarantine",))
+        w = _Builder().require(c.quarantined()).drop(("quarantine",))
         w.put(("recon_shard",), RECON_SHARD).put(("recon_due",), at)
         self._apply(session_id, w.done(None))
 

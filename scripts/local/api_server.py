@@ -113,6 +113,9 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
+    from chalicelib import observability
+
+    observability.configure()
     from app import app
     server = make_server(app, args.host, args.port)
     try:

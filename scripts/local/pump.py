@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from chalicelib import observability as obs
+
 from .stream_failures import FailureStore
 
 log = logging.getLogger("pump")
@@ -174,6 +176,7 @@ class StreamPump:
                 log.error("stream record %s set aside after %d attempts (replay id %s)", first, state.attempts,
                           entry.id)
                 self.set_aside += 1
+                obs.count(obs.STREAM_RECORDS_SET_ASIDE)
                 handled = [r for r in records if int(r["dynamodb"]["SequenceNumber"]) <= int(first)]
                 state.retry_from, state.attempts = None, 0
             else:

@@ -8,6 +8,9 @@ import sys
 
 
 def main() -> int:
+    from chalicelib import observability
+
+    observability.configure(stream=sys.stderr)  # stdout carries the report
     import app
     try:
         report = app.reconcile_before_traffic({}, None)

@@ -62,6 +62,7 @@ def stack_env(endpoint: str, agent_port: int, **overrides: str) -> dict[str, str
     env.update(overrides)
     env["AWS_ENDPOINT_URL"] = endpoint
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("CLARIFY_LOG_FORMAT", "text")  # people read these; `make run LOG_FORMAT=json` for JSON
     return env
 
 
@@ -167,7 +168,11 @@ def main() -> int:
     parser.add_argument("--schedule-interval", type=float,
                         default=float(os.environ.get("CLARIFY_SCHEDULE_INTERVAL", "15")))
     parser.add_argument("--workspace", default=os.environ.get("CLARIFY_WORKSPACE", "ws-local"))
+    parser.add_argument("--json-logs", action="store_true",
+                        help="log one JSON object per line, as in Lambda (default: readable lines)")
     args = parser.parse_args()
+    if args.json_logs:
+        os.environ["CLARIFY_LOG_FORMAT"] = "json"
 
     endpoint = aws.emulator_endpoint() or DEFAULT_ENDPOINT
     api_url = f"http://127.0.0.1:{args.api_port}"

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import threading
 
-from chalicelib import bootstrap
+from chalicelib import bootstrap, observability
 
 from .stack import make_pump, make_scheduler
 
@@ -16,7 +15,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="stream pump + scheduler")
     parser.add_argument("--schedule-interval", type=float, default=15.0)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="worker %(name)s: %(message)s")
+    observability.configure()
     bootstrap.configure_tables()
     pump = make_pump(os.environ["AWS_ENDPOINT_URL"])
     scheduler = make_scheduler(args.schedule_interval)

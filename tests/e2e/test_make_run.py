@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,7 +56,10 @@ class Run:
                 break
             self.output.append(line)
             if "user token" in line:
-                return self.proc.stdout.readline().strip()
+                token = self.proc.stdout.readline().strip()
+                # Keep reading: the processes log every request, and a full pipe would stall them.
+                threading.Thread(target=lambda: self.output.extend(self.proc.stdout or ()), daemon=True).start()
+                return token
         raise AssertionError("make run did not become ready:\n" + "".join(self.output))
 
     def call(self, method: str, path: str, body: Any = None) -> requests.Response:
@@ -89,6 +93,9 @@ def test_make_run__message__agent_reply_events_and_clean_stop(shared_emulator: E
         messages = eventually(lambda: [m for m in run.call("GET", f"/sessions/{session['id']}/transcript")
                                        .json()["messages"] if m["author_type"] == "agent"])
         assert messages[0]["content"] == "Echo: hello agent"
+        # Readable request lines with their ids, not JSON (`make run LOG_FORMAT=json` for that).
+        eventually(lambda: any("send_message 201  request_id=" in line and f"session={session['id']}" in line
+                               for line in list(run.output)))
         types = eventually(lambda: {e["type"] for e in run.call("GET", "/events").json()["events"]}
                            >= {"turn.started", "turn.completed", "message.added"})
         assert types

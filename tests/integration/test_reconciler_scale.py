@@ -92,6 +92,7 @@ def _broken_session(deps: Deps, store: DynamoStore, task_id: str) -> tuple[str, 
     session_id = sessions.create_session(deps, USER, task_id, commands.create_session({})).session.id
     agent = Caller(sub=f"agent:{session_id}", role="agent", workspace_id=USER.workspace_id, session_id=session_id)
     bundle_id = clarifications.ask(deps, agent, session_id, commands.ask({"questions": QUESTIONS})).id
+    clarifications.detach(deps, agent, bundle_id)  # its waiter is gone too: no lease left to watch
     now = deps.now()
     delivery = Delivery(deps.new_id(), ("q1",), "answered", "live", now, deps.deadline())
     store.claim(session_id, bundle_id, {"q1": {"question_id": "q1", "selected_options": ["pg"], "custom_text": ""}},

@@ -272,6 +272,34 @@ def test_alarms__iterator_age_errors_and_reconciler_failing(template: dict[str, 
     assert "ReconcileScheduledFailingAlarm" in alarms
 
 
+def test_alarms__ambiguous_dispatches_and_quarantines__on_the_stack_s_own_metrics(template: dict[str, Any]) -> None:
+    alarms = _resources(template, "AWS::CloudWatch::Alarm")
+    own = {a["Properties"]["MetricName"]: a["Properties"] for a in alarms.values()
+           if a["Properties"]["Namespace"] == "Clarify"}
+    assert set(own) == {"AmbiguousDispatches", "Quarantines"}
+    for props in own.values():
+        assert props["Dimensions"] == [{"Name": "service", "Value": "clarify-prod"}]
+        assert props["Threshold"] == 1 and props["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+    services = {fn["Properties"]["Environment"]["Variables"]["CLARIFY_SERVICE"] for fn in
+                _functions(template).values()}
+    assert services == {"clarify-prod"}  # what the functions' metrics carry is what the alarms select
+
+
+def test_dashboard__own_metrics_iterator_age_and_errors(template: dict[str, Any]) -> None:
+    [board] = _resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = json.loads(board["Properties"]["DashboardBody"]["Fn::Sub"].replace("${AWS::Region}", "us-east-1"))
+    text = json.dumps(body)
+    for metric in ("Answers", "Conflicts", "AmbiguousDispatches", "Quarantines", "Restores", "WatchdogFallbacks",
+                   "ReconcilerRepairs", "StreamRecordFailures", "LongPollWaits"):
+        assert f'"{metric}"' in text or f'MetricName=\\"{metric}\\"' in text, metric
+    metrics = [m for w in body["widgets"] for m in w["properties"]["metrics"] if isinstance(m, list)]
+    ages = {m[3] for m in metrics if m[1] == "IteratorAge"}
+    errors = {m[3] for m in metrics if m[1] == "Errors"}
+    names = {fn["Properties"]["FunctionName"] for fn in _functions(template).values()}
+    assert ages == {"clarify-prod-sessions_stream", "clarify-prod-history_stream", "clarify-prod-tasks_stream"}
+    assert errors == names
+
+
 def test_bus__publishers_may_put_events_on_the_bus_they_are_told(template: dict[str, Any]) -> None:
     res = template["Resources"]
     for logical, fn in _functions(template).items():

@@ -245,7 +245,7 @@ def test_reconcile__attempted_prompt__never_dispatched_again(w: W) -> None:
 
     report = reconcile(w.deps, before_traffic=True)
 
-    assert (report.examined, report.prompts_dispatched, report.prompts_retired) == (1, 0, 1)
+    assert (report.examined, report.prompts_dispatched, report.prompts_ambiguous) == (1, 0, 1)
     assert len(w.agent.prompts) == 1
     stored = w.get(session.id)
     assert stored.prompt is not None and stored.prompt.dispatch == Dispatch.ATTEMPTED
