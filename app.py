@@ -23,6 +23,7 @@ from chalicelib.services import (
     readiness,
     responses,
     sessions,
+    task_changes,
     tasks,
     workflow,
 )
@@ -92,6 +93,19 @@ def list_tasks(d: Deps, caller: Caller) -> tuple[int, Any]:
 @api.endpoint
 def get_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
     return 200, views.task_view(tasks.get_task(d, caller, task_id))
+
+
+@app.route(V1 + "/tasks/{task_id}", methods=["PATCH"], authorizer=bearer, content_types=ANY_BODY)
+@api.endpoint
+def rename_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
+    return 200, views.task_view(task_changes.rename_task(d, caller, task_id, api.body()))
+
+
+@app.route(V1 + "/tasks/{task_id}", methods=["DELETE"], authorizer=bearer)
+@api.endpoint
+def delete_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
+    task_changes.delete_task(d, caller, task_id)
+    return 204, None
 
 
 # ------------------------------------------------------------------ sessions

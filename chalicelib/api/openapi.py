@@ -15,6 +15,10 @@ SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
     ("POST", "/api/v1/tasks"): ("Create a task {title}", 201),
     ("GET", "/api/v1/tasks"): ("List the workspace's tasks with their status summary", 200),
     ("GET", "/api/v1/tasks/{task_id}"): ("Get a task", 200),
+    ("PATCH", "/api/v1/tasks/{task_id}"): ("Rename a task {title}; other clients get task.updated", 200),
+    ("DELETE", "/api/v1/tasks/{task_id}"): (
+        "Delete a task: its live sessions are cancelled, then it is gone (404); other clients get task.deleted",
+        204),
     ("POST", "/api/v1/tasks/{task_id}/sessions"): ("Create a session {prompt?, primary?}; starts the agent", 201),
     ("GET", "/api/v1/tasks/{task_id}/sessions"): ("List the task's sessions, newest first", 200),
     ("GET", "/api/v1/sessions/{session_id}"): ("Get a session", 200),

@@ -121,6 +121,24 @@ class DynamoStore:
         e.set(e.path("workflow_step"), step)
         return self._update_task(task_id, e)
 
+    def rename_task(self, task_id: str, title: str) -> Task:
+        e = Expr()
+        e.cond(f"attribute_exists({e.path('task_id')})")  # an update must never recreate a deleted task
+        e.set(e.path("title"), title)
+        return self._update_task(task_id, e)
+
+    def delete_task(self, task_id: str) -> bool:
+        try:
+            self.client.delete_item(TableName=TaskRecord.Meta.table_name, Key={"task_id": {"S": task_id}},
+                                    ConditionExpression="attribute_exists(task_id)")
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise StoreUnavailable(f"storage error: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreUnavailable(f"storage error: {exc}") from exc
+        return True
+
     def _update_task(self, task_id: str, e: Expr) -> Task:
         try:
             resp = self.client.update_item(

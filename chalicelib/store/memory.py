@@ -79,6 +79,22 @@ class MemoryStore:
             self.writes += 1
             return self.tasks[task_id]
 
+    def rename_task(self, task_id: str, title: str) -> Task:
+        with self._lock:
+            task = self.tasks.get(task_id)
+            if task is None:
+                raise ConditionFailed("no such task")
+            self.tasks[task_id] = replace(task, title=title)
+            self.writes += 1
+            return self.tasks[task_id]
+
+    def delete_task(self, task_id: str) -> bool:
+        with self._lock:
+            if self.tasks.pop(task_id, None) is None:
+                return False
+            self.writes += 1
+            return True
+
     # ---------------------------------------------------------------- sessions
     def create_session(self, session: Session) -> None:
         with self._lock:
