@@ -86,7 +86,7 @@ def create_task(d: Deps, caller: Caller) -> tuple[int, Any]:
 @app.route(V1 + "/tasks", methods=["GET"], authorizer=bearer)
 @api.endpoint
 def list_tasks(d: Deps, caller: Caller) -> tuple[int, Any]:
-    return 200, {"tasks": [views.task_view(t) for t in tasks.list_tasks(d, caller)]}
+    return 200, {"tasks": [views.task_view(t.task, t.last_activity_at) for t in tasks.list_tasks(d, caller)]}
 
 
 @app.route(V1 + "/tasks/{task_id}", methods=["GET"], authorizer=bearer)

@@ -22,8 +22,11 @@ def task_summary(sessions: list[Session]) -> tuple[str | None, str | None]:
 
 
 def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
-                         fresh: Session | None = None, republish: bool = False) -> Task | None:
+                         fresh: Session | None = None, republish: bool = False,
+                         sessions: list[Session] | None = None) -> Task | None:
     """Make the stored summary agree with the rule. Returns the task as stored (None if it vanished).
+
+    `sessions`, read by the caller just now, spare the first attempt its own read.
 
     With `republish` (stream functions), an already agreeing summary has its event written again: the event
     id is stable, so this writes nothing new unless a crash came between a summary write and its event.
@@ -32,7 +35,7 @@ def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
         task = task or deps.store.get_task(task_id)
         if task is None:
             return None
-        sessions = deps.store.list_sessions(task_id)
+        sessions = sessions if sessions is not None else deps.store.list_sessions(task_id)
         if fresh is not None:  # the index may lag the aggregate that triggered this refresh, but a
             # redelivered record may be older than what is stored: the newer version wins
             sessions = [fresh if s.id == fresh.id and fresh.version > s.version else s for s in sessions]
@@ -47,7 +50,7 @@ def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
             new = deps.store.set_task_summary(task_id, pending_action=action, primary_session_id=primary,
                                               expected_revision=task.summary.revision, at=deps.now())
         except ConditionFailed:
-            task = None  # someone else moved the revision: recompute from fresh state
+            task = sessions = None  # someone else moved the revision: recompute from fresh state
             continue
         _publish(deps, new)
         return new

@@ -46,3 +46,12 @@ def test_delete_task__live_sessions_cancelled_then_404_everywhere(stack: LocalSt
     assert [e["task_id"] for e in _events(user, "task.deleted")] == [task["id"]]
     again = user.call("DELETE", f"/tasks/{task['id']}")
     assert again.status_code == 404 and again.json()["error"]["code"] == "not_found"
+
+
+def test_list_tasks__last_activity_follows_the_sessions(stack: LocalStack, user: ApiClient, sim: SimAgent) -> None:
+    quiet = user.post("/tasks", {"title": "Quiet"}).json()
+    busy = user.post("/tasks", {"title": "Busy"}).json()
+    user.post(f"/tasks/{busy['id']}/sessions", {"prompt": "hello"})
+    listed = {t["id"]: t["last_activity_at"] for t in user.get("/tasks").json()["tasks"]}
+    assert listed[quiet["id"]] == quiet["created_at"]
+    assert listed[busy["id"]] > busy["created_at"] > quiet["created_at"]

@@ -1,4 +1,4 @@
-"""Renaming and deleting tasks at the service layer over the in-memory store."""
+"""Renaming and deleting tasks, and a task's last activity, at the service layer over the in-memory store."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -8,7 +8,7 @@ import pytest
 from chalicelib.auth.tokens import Caller
 from chalicelib.domain.errors import NotFound, ValidationError
 from chalicelib.domain.model import State
-from chalicelib.services import sessions, task_changes, tasks
+from chalicelib.services import messages, sessions, task_changes, tasks
 from chalicelib.services.deps import Deps
 from chalicelib.store.memory import MemoryStore
 from tests.support.fakes import CounterIds, FakeAgentctl, StepClock, agent_token
@@ -65,7 +65,7 @@ def test_delete__live_sessions_cancelled_task_gone_and_announced(deps: Deps) -> 
 
     task_changes.delete_task(deps, USER, task.id)
 
-    assert [t.id for t in tasks.list_tasks(deps, USER)] == [kept.id]
+    assert [t.task.id for t in tasks.list_tasks(deps, USER)] == [kept.id]
     with pytest.raises(NotFound):
         tasks.get_task(deps, USER, task.id)
     stored = deps.store.get_session(running.id)
@@ -73,3 +73,15 @@ def test_delete__live_sessions_cancelled_task_gone_and_announced(deps: Deps) -> 
     assert [p["id"] for p in _events(deps, "task.deleted")] == [task.id]
     with pytest.raises(NotFound):  # a repeated delete is a missing task
         task_changes.delete_task(deps, USER, task.id)
+
+
+def test_list__last_activity__latest_session_write(deps: Deps) -> None:
+    quiet = tasks.create_task(deps, USER, {"title": "Quiet"})
+    busy = tasks.create_task(deps, USER, {"title": "Busy"})
+    session = sessions.create_session(deps, USER, busy.id, {}).session
+    messages.send_message(deps, USER, session.id, {"client_message_id": "m1", "content": "hello"})
+    listed = {t.task.id: t.last_activity_at for t in tasks.list_tasks(deps, USER)}
+    stored = deps.store.get_session(session.id)
+    assert stored is not None
+    assert listed[quiet.id] == quiet.created_at
+    assert listed[busy.id] >= stored.updated_at > quiet.created_at  # (the list may repair the summary: later)
