@@ -70,6 +70,12 @@ def web_index() -> Any:
     return static.serve("index.html")
 
 
+@app.route("/sw.js", methods=["GET"])
+def web_service_worker() -> Any:
+    # Served from the root so its default scope is the whole client, "/" included.
+    return static.serve("sw.js")
+
+
 @app.route("/web/{name}", methods=["GET"])
 def web_file(name: str) -> Any:
     return static.serve(name)

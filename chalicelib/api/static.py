@@ -8,8 +8,9 @@ from chalice import Response
 
 WEB_ROOT = Path(__file__).resolve().parent.parent / "web"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".json": "application/json"}
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]+\.(html|js|css|svg|json)$")
+         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".json": "application/json",
+         ".webmanifest": "application/manifest+json"}
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]+\.(html|js|css|svg|json|webmanifest)$")
 
 
 def serve(name: str) -> Response:
