@@ -198,6 +198,9 @@ function loadTasks() {
       if (error?.name !== "AbortError") state.tasksError = describeFailure(error?.result);
     } finally {
       tasksLoad = null;
+      const held = heldEvents;
+      heldEvents = [];
+      if (held.length) handleEvents(held);
       render();
       if (tasksAgain) {
         tasksAgain = false;
@@ -467,9 +470,11 @@ async function eventLoop() {
     } catch (error) {
       if (abort.signal.aborted) return;
       failures++;
-      if (state.online) {
+      wait = 0; // the first answer after a failure must come back at once, not after a long-poll
+      if (!state.tasksLoaded) state.tasksError = describeFailure(error?.result); // a first load says so, never "Loading…" forever
+      if (state.online || !state.tasksLoaded) {
         state.online = false;
-        state.offlineSince = new Date().toISOString();
+        state.offlineSince ??= new Date().toISOString();
         render();
       }
       await new Promise((resolve) => {
@@ -496,7 +501,15 @@ function retryNow() {
   else reconnected();
 }
 
+let heldEvents = [];
+
 function handleEvents(events) {
+  if (tasksLoad) {
+    // Applied on top of the snapshot being loaded (revisions order them), never before it: an event about a
+    // task the client does not know yet would otherwise ask for yet another snapshot.
+    heldEvents.push(...events);
+    return;
+  }
   let changed = false;
   for (const event of events) {
     if (!deduper.admit(event.id)) continue;
@@ -824,7 +837,10 @@ function shortcut(e) {
     const option = group?.querySelectorAll("input[type=radio]")[Number(e.key) - 1];
     if (!option) return false;
     pick(cid, group.dataset.questionId, option.value);
-    render(() => option.isConnected && option.focus());
+    // Then on to the next question still without an answer (or to Submit once all have one).
+    const chosen = answerDraft(cid);
+    const next = groups.find((g) => g !== group && !(chosen[g.dataset.questionId]?.selected ?? []).length);
+    render(() => (next ? next.querySelector("input[type=radio]") : document.querySelector("#overlay [type=submit]"))?.focus());
     return true;
   }
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {

@@ -51,6 +51,13 @@ export const questionIcon = (label = "Question pending") =>
     <path fill="currentColor" d="M4 3h16a2 2 0 0 1 2 2v11a2 2 0 0 1-2 2h-7l-5 4v-4H4a2 2 0 0 1-2-2V5a2 2 0 0 1 2-2z"/>
     <text x="12" y="14.5" text-anchor="middle" font-size="11" font-weight="700" fill="#fff">?</text></svg>`);
 
+/**
+ * A stable place for something that comes and goes. morphdom matches children by position: a node appearing
+ * before a text field would otherwise make it re-create or move the field (losing the caret, or focus).
+ * The wrapper has `display: contents`, so layout is as if it were not there.
+ */
+const slot = (...content) => h("div.slot", {}, ...content);
+
 /** A text field bound to a draft: its value comes from the draft, its identity from the draft's generation. */
 function field(state, tag, key, attrs = {}) {
   return h(tag, { ...attrs, value: state.drafts.get(key, attrs.value ?? ""), "data-draft": key, "data-field": state.drafts.field(key) });
@@ -99,7 +106,7 @@ export function renderApp(state) {
     renderBanner(state),
     phone ? null : h("aside.sidebar#sidebar", { "aria-label": "Tasks" }, renderTaskPanel(state, "desktop")),
     h("main.chat#main", { tabindex: "-1" }, renderMain(state)),
-    phone && state.sheet ? renderSheet(state) : null,
+    slot(phone && state.sheet ? renderSheet(state) : null),
     h("div.toasts#toasts", { role: "status", "aria-live": "polite" },
       state.notices.map((n) => h(`p.toast.${n.tone}`, { id: `notice-${n.id}` }, n.text))));
 }
@@ -157,9 +164,9 @@ export function renderTaskPanel(state, where) {
       h("label.visually-hidden", { for: `task-search-${where}` }, "Search tasks"),
       h("input", { id: `task-search-${where}`, type: "search", placeholder: "Search tasks", autocomplete: "off", value: state.filter,
         "data-action": "filter", "data-field": "filter" })),
-    ids.length
+    slot(ids.length
       ? h("ul.task-list", { "aria-labelledby": `tasks-heading-${where}` }, ids.map((id) => renderTaskRow(state, state.tasks.get(id), where)))
-      : empty,
+      : empty),
     h("form.new-task", { "data-action": "create-task" },
       h("label", { for: `new-task-${where}` }, "New task"),
       h("div.row", {},
@@ -207,6 +214,10 @@ function renderMain(state) {
 }
 
 function renderTaskHead(state) {
+  return slot(renderTaskHeadContent(state));
+}
+
+function renderTaskHeadContent(state) {
   const task = state.tasks.get(state.route.taskId);
   const title = task ? task.title : "Task";
   if (state.renaming === state.route.taskId && task) {
@@ -219,13 +230,13 @@ function renderTaskHead(state) {
   const confirming = state.confirm?.kind === "delete" && state.confirm.id === state.route.taskId;
   return h("div.task-head", {},
     h("h1.task-name#task-name", {}, title),
-    task ? h("div.head-actions", {},
+    slot(task ? h("div.head-actions", {},
       h("button.small", { type: "button", "data-action": "rename-task", "aria-label": `Rename “${title}”` }, "Rename"),
-      h("button.small.danger-text", { type: "button", "data-action": "delete-task", "aria-label": `Delete “${title}”` }, "Delete")) : null,
-    confirming ? h("div.confirm", { role: "alertdialog", "aria-labelledby": "confirm-delete-text" },
+      h("button.small.danger-text", { type: "button", "data-action": "delete-task", "aria-label": `Delete “${title}”` }, "Delete")) : null),
+    slot(confirming ? h("div.confirm", { role: "alertdialog", "aria-labelledby": "confirm-delete-text" },
       h("p#confirm-delete-text", {}, `Delete “${title}”? Its running sessions are stopped. This cannot be undone.`),
       h("button.danger", { type: "button", "data-action": "confirm-delete" }, "Delete task"),
-      h("button", { type: "button", "data-action": "cancel-confirm" }, "Cancel")) : null);
+      h("button", { type: "button", "data-action": "cancel-confirm" }, "Cancel")) : null));
 }
 
 const TASK_NOTICES = {
@@ -241,8 +252,8 @@ function renderTaskRoute(state) {
   const notice = state.taskNotice ? TASK_NOTICES[state.taskNotice] : null;
   return h("section.task-route#task-route", { "aria-labelledby": "task-name" },
     renderTaskHead(state),
-    notice ? h("p.notice", { role: "status" }, notice) : null,
-    sessions.length
+    slot(notice ? h("p.notice", { role: "status" }, notice) : null),
+    slot(sessions.length
       ? h("ul.session-list", { "aria-label": "Sessions" }, sessions.map((s, i) =>
         h("li", { id: `session-item-${s.id}` },
           h("button.session-row", { type: "button", "data-action": "open-session", "data-task-id": s.task_id ?? taskId,
@@ -250,7 +261,7 @@ function renderTaskRoute(state) {
           h("span", {}, sessionLabel(s, sessions.length - i)),
           h("span.state", {}, sessionStateWords(s.state)),
           s.pending_action ? questionIcon("Question pending in this session") : null))))
-      : null,
+      : null),
     h("form.new-session", { "data-action": "create-session" },
       h("label", { for: "new-session-prompt" }, "Start a session with a prompt"),
       h("div.row", {},
@@ -270,21 +281,21 @@ function renderSessionRoute(state) {
   const messages = transcript ? withEchoes(transcript.messages, state.echoes.get(sessionId)) : [];
   return h("section.session-route#session-route", { "aria-labelledby": "task-name", "data-session-id": sessionId },
     renderTaskHead(state),
-    sessions.length > 1
+    slot(sessions.length > 1
       ? h("nav.session-tabs", { "aria-label": "Sessions of this task" }, sessions.map((s, i) =>
         h("button.session-tab", { type: "button", "data-action": "open-session", "data-task-id": taskId, "data-session-id": s.id,
           "aria-current": s.id === sessionId ? "true" : false, id: `tab-${s.id}` },
         sessionLabel(s, sessions.length - i), s.pending_action ? questionIcon("Question pending in this session") : null)))
-      : null,
-    renderStatusLine(state, session, showOverlay ? bundle : null),
-    transcript
-      ? h("ol.transcript#transcript", { "aria-label": "Conversation", "data-session": sessionId },
+      : null),
+    slot(renderStatusLine(state, session, showOverlay ? bundle : null)),
+    slot(transcript
+      ? h("ol.transcript#transcript", { "aria-label": "Conversation", "data-session": sessionId, tabindex: "0" },
         messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)))
       : state.transcriptError
         ? h("div.load-error", { role: "alert" }, h("p", {}, `The conversation could not be loaded. ${state.transcriptError}`),
           h("button", { type: "button", "data-action": "retry-transcript" }, "Retry"))
-        : h("p.muted.loading", {}, "Loading the conversation…"),
-    showOverlay ? renderOverlay(state, bundle, surface) : null,
+        : h("p.muted.loading", {}, "Loading the conversation…")),
+    slot(showOverlay ? renderOverlay(state, bundle, surface) : null),
     renderComposer(state, session, showOverlay ? bundle : null));
 }
 
@@ -295,12 +306,12 @@ function renderStatusLine(state, session, bundle) {
   return h(`div.status-line.${status.tone}#status-line`, {},
     h("span.dot", { "aria-hidden": "true" }),
     h("span.status-text", { role: "status" }, status.text),
-    confirming
+    slot(confirming
       ? h("span.confirm", { role: "group", "aria-label": "Stop the agent?" },
         h("span", {}, "Stop the agent? This ends the session."),
         h("button.danger.small", { type: "button", "data-action": "confirm-stop" }, "Stop session"),
         h("button.small", { type: "button", "data-action": "cancel-confirm" }, "Keep going"))
-      : status.canStop ? h("button.small.stop", { type: "button", "data-action": "stop", "aria-label": "Stop the agent" }, "Stop") : null);
+      : status.canStop ? h("button.small.stop", { type: "button", "data-action": "stop", "aria-label": "Stop the agent" }, "Stop") : null));
 }
 
 function renderMessage(state, m, overlayCid) {
@@ -348,9 +359,9 @@ function renderClarificationEntry(state, entry, overlayCid) {
       h("li", {}, q.title ? h("strong", {}, q.title, " ") : null, h("span", {}, q.prompt),
         q.response ? h(`div.answer${q.response.rejected ? ".rejected" : ""}`, {}, "Answer: ", responseText(q)) : null))),
     h("p.clar-status", {}, entryStatusText(entry)),
-    lostDraft ? renderLostDraft(entry, draft) : null,
-    showSurface && !(lostDraft && surface.phase === Phase.LOST) ? renderSurfaceStatus(surface, entry) : null,
-    lateOpen ? renderLateForm(state, entry, surface) : null,
+    slot(lostDraft ? renderLostDraft(entry, draft) : null),
+    slot(showSurface && !(lostDraft && surface.phase === Phase.LOST) ? renderSurfaceStatus(surface, entry) : null),
+    slot(lateOpen ? renderLateForm(state, entry, surface) : null),
     offersLateAnswer(entry) && !lateOpen && !lateActive
       ? h("div.actions", {},
         h("button.primary", { type: "button", "data-action": "open-late", "data-clarification-id": cid }, "Answer as new message"),
@@ -445,7 +456,7 @@ function renderOverlay(state, bundle, surface) {
     ? "The agent stopped waiting. Answering resumes it with your answer."
     : "The agent is waiting for your answer.", " ", replyInsteadNote(bundle)),
   renderQuestionFields(state, cid, questions, "ov"),
-  surface?.error ? h("p.error", { role: "alert" }, surface.error) : null,
+  slot(surface?.error ? h("p.error", { role: "alert" }, surface.error) : null),
   skipping
     ? h("div.actions.skip-bar", { role: "alert" },
       h("p", {}, `Skipping declines ${n > 1 ? `all ${n} questions` : "this question"}`,

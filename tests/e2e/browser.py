@@ -1,22 +1,19 @@
-"""Shared by the browser test modules: Debian's chromium driven by Playwright against one in-process local stack
-per module (tables are costly), each test in its own workspace so tests never see each other's tasks.
+"""Helpers of the browser tests (their fixtures are in tests/e2e/conftest.py): Debian's chromium driven by
+Playwright against one in-process local stack per module (tables are costly), each test in its own workspace so
+tests never see each other's tasks.
 
 Viewports: a 1366x850 desktop and a 390x844 phone with touch. Screenshots of each step go to
 artifacts/screenshots/tests/ (scripts/screenshots makes the curated set for the README).
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from scripts.local.api_server import ApiThread
 from scripts.local.sim_agent import SimAgent
@@ -24,9 +21,9 @@ from scripts.local.stack import LocalStack
 from tests.conftest import ApiClient
 
 try:
-    from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect, sync_playwright
-except ImportError:  # reported by the browser fixture
-    sync_playwright = None
+    from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
+except ImportError:  # reported by the browser fixture (tests/e2e/conftest.py)
+    pass
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots" / "tests"
@@ -37,21 +34,6 @@ VIEWPORTS: dict[str, dict[str, Any]] = {
     "phone": {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True},
 }
 UI_TIMEOUT = 15_000  # ms: generous for a loaded 2-core machine; every wait is for a state, never a fixed time
-
-
-# ------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    missing = sync_playwright is None or not Path(CHROMIUM).exists()
-    if missing:
-        why = "playwright (pip) and Debian's chromium are needed for the browser tests"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 class PumpThread:
@@ -89,53 +71,10 @@ class PumpThread:
         self._thread.join(5)
 
 
-@pytest.fixture(scope="module")
-def module_pump(shared: tuple[LocalStack, SimAgent]) -> Iterator[PumpThread]:
-    thread = PumpThread(shared[0]).start()
-    yield thread
-    thread.stop()
-
-
-@pytest.fixture
-def pump(module_pump: PumpThread) -> Iterator[PumpThread]:
-    yield module_pump
-    module_pump.resume()  # a test that paused it never leaves it paused for the next one
-
-
-@pytest.fixture
-def stack(shared: tuple[LocalStack, SimAgent]) -> LocalStack:
-    return shared[0]
-
-
-@pytest.fixture
-def workspace() -> str:
-    return f"ws-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def flow(shared: tuple[LocalStack, SimAgent], workspace: str) -> Flow:
-    stack, agent = shared
-    return Flow(ApiClient(stack.url, stack.user_token(workspace=workspace)), agent)
-
-
 def new_context(browser: Browser, viewport: str, **extra: Any) -> BrowserContext:
     context = browser.new_context(**VIEWPORTS[viewport], device_scale_factor=1, **extra)
     context.set_default_timeout(UI_TIMEOUT)
     return context
-
-
-@pytest.fixture(params=list(VIEWPORTS))
-def ui(request: pytest.FixtureRequest, browser: Browser, stack: LocalStack, pump: PumpThread,
-       workspace: str) -> Iterator[Ui]:
-    viewport = request.param
-    context = new_context(browser, viewport)
-    name = re.sub(r"\W+", "_", request.node.originalname.removeprefix("test_"))
-    app = Ui(context.new_page(), stack, viewport, f"{name}-{viewport}", workspace)
-    app.goto()
-    yield app
-    app.shot("end")  # the last state, also when the test failed
-    context.close()
-    assert not app.errors, f"uncaught errors in the page: {app.errors}"
 
 
 # ------------------------------------------------------------------ the client, from a user's point of view
@@ -330,6 +269,18 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 15.0) -> An
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def until_js(page: Page, script: str, what: str, timeout: float = 15.0) -> Any:
+    """Evaluates an (async) script until it returns something truthy; page.wait_for_function does not await."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = page.evaluate(script)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        page.wait_for_timeout(50)
 
 
 def restart_api(stack: LocalStack) -> Callable[[], None]:

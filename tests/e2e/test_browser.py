@@ -11,20 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.browser import (  # noqa: F401  (fixtures)
-    Flow,
-    PumpThread,
-    Ui,
-    browser,
-    eventually,
-    flow,
-    module_pump,
-    pump,
-    session_route,
-    stack,
-    ui,
-    workspace,
-)
+from tests.e2e.browser import Flow, PumpThread, Ui, eventually, session_route
 
 try:
     from playwright.sync_api import expect
