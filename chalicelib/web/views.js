@@ -321,7 +321,8 @@ function renderMessage(state, m, overlayCid) {
   const thinking = m.type === "thinking";
   return h(`li.msg.${user ? "user" : "agent"}${thinking ? ".thinking" : ""}`, { id: `msg-${m.id}` },
     h("div.meta", {}, h("span.who", {}, thinking ? "Agent (thinking)" : user ? "You" : "Agent"), when(m.created_at)),
-    h("div.body", {}, thinking ? m.content ?? "" : md(parseMarkdown(m.content ?? ""))));
+    h("div.body", {}, thinking ? m.content ?? "" : md(parseMarkdown(m.content ?? ""))),
+    m.queued ? h("p.echo-status", {}, echoStatusText({ status: "queued" })) : null);
 }
 
 function renderEcho(echo) {

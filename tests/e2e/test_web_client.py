@@ -347,6 +347,10 @@ def test_reply_while_pending__message_queued__overlay_says_what_happens(ui: Ui, 
     cid = flow.asked(session)[0]
     ui.goto(session_route(task, session))
     expect(ui.overlay()).to_contain_text("queued until the agent finishes this turn, and the question stays open")
+    expect(ui.page.locator("#main").get_by_text("Pick an option for question 1")).to_have_count(1)  # shown once
+    expect(ui.entry(cid)).to_have_class(re.compile(r"\bcollapsed\b"))
+    box = ui.overlay().bounding_box()
+    assert box is not None and box["height"] <= 0.55 * VIEWPORTS[ui.viewport]["viewport"]["height"], box
     ui.composer().fill("Actually, also consider caching")
     ui.page.get_by_role("button", name="Send").click()
     expect(ui.page.locator("li.msg.user", has_text="also consider caching")).to_contain_text("Queued")
@@ -431,6 +435,7 @@ def test_task_list__pending_first_recent_next__search_rename_delete_reach_other_
         ui.tap(ui.page.get_by_role("button", name="Delete task"))
         ui.wait_route("#/")
         expect(ui.page.locator("#toasts")).to_contain_text("Deleted “Older task”")
+        expect(ui.page.locator("#toasts .toast")).to_have_count(0, timeout=12_000)  # notices clear themselves
         expect(watcher.locator(f'.task-row[data-task-id="{older}"]')).to_have_count(0)
         expect(ui.task_list().locator(f'.task-row[data-task-id="{older}"]')).to_have_count(0)
     finally:
