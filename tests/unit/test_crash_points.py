@@ -48,6 +48,7 @@ from chalicelib.services import (
     messages,
     responses,
     sessions,
+    task_changes,
     tasks,
     watchdog,
     workflow,
@@ -755,6 +756,11 @@ def check_cancelled(w: World, ctx: Ctx, stage: str) -> list[str]:
     return []
 
 
+def op_rename_and_delete_task(w: World, deps: Deps, ctx: Ctx) -> None:
+    task_changes.rename_task(deps, USER, w.task_id, {"title": "Renamed"})
+    task_changes.delete_task(deps, USER, w.task_id)
+
+
 def op_agent_cancels(w: World, deps: Deps, ctx: Ctx) -> None:
     clarifications.cancel(deps, agent_of(ctx["main"]), ctx["bundle"])
 
@@ -885,6 +891,8 @@ SCENARIOS: list[Scenario] = [
     Scenario("agent output with no open turn starts one", s_agent_turn, op_agent_output),
     Scenario("cancel a session with a pending question", s_live_question, op_cancel_session, check_cancelled),
     Scenario("the agent withdraws its question", s_live_question, op_agent_cancels),
+    Scenario("rename, then delete a task whose session has a pending question", s_live_question,
+             op_rename_and_delete_task, check_cancelled),
     Scenario("dismiss a superseded question", _bg, op_dismiss),
     Scenario("delete a superseded question's message", _bg, op_delete_question),
     Scenario("workflow transition guarded by the rule", _bg, op_workflow),
