@@ -44,6 +44,7 @@ class PumpThread:
         self.pump = stack.pump
         self._lock = threading.Lock()
         self._paused = False
+        self._all: list[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="browser-test-pump")
 
@@ -62,9 +63,17 @@ class PumpThread:
         with self._lock:  # waits out a pass in progress
             self._paused = True
 
+    def pause_sessions_stream(self) -> None:
+        """Only the session aggregates' stream stops: history (written directly, e.g. agent output) still flows."""
+        with self._lock:
+            self._all = self.pump.targets
+            self.pump.targets = [t for t in self._all if not t.table.endswith("sessions")]
+
     def resume(self) -> None:
         with self._lock:
             self._paused = False
+            if self._all is not None:
+                self.pump.targets, self._all = self._all, None
 
     def stop(self) -> None:
         self._stop.set()

@@ -178,7 +178,7 @@ def test_own_message__shown_at_once__before_the_agents_reply(ui: Ui, flow: Flow,
     flow.idle(session)
     ui.goto(session_route(task, session))
     expect(ui.page.get_by_text("Echo: hello")).to_be_visible()
-    pump.pause()  # the server's copy of the user message lags; the agent's reply does not
+    pump.pause_sessions_stream()  # the server's copy of the user message lags; the agent's reply does not
     ui.composer().fill("second **message**")
     ui.composer().press("Enter")
     mine = ui.page.locator("li.msg.user", has_text="second message")
