@@ -27,6 +27,7 @@ from chalicelib.services import (
     responses,
     sessions,
     stream_health,
+    task_changes,
     tasks,
     workflow,
 )
@@ -69,6 +70,12 @@ def web_index() -> Any:
     return static.serve("index.html")
 
 
+@app.route("/sw.js", methods=["GET"])
+def web_service_worker() -> Any:
+    # Served from the root so its default scope is the whole client, "/" included.
+    return static.serve("sw.js")
+
+
 @app.route("/web/{name}", methods=["GET"])
 def web_file(name: str) -> Any:
     return static.serve(name)
@@ -85,13 +92,26 @@ def create_task(d: Deps, caller: Caller) -> tuple[int, Any]:
 @app.route(V1 + "/tasks", methods=["GET"], authorizer=bearer)
 @api.endpoint
 def list_tasks(d: Deps, caller: Caller) -> tuple[int, Any]:
-    return 200, {"tasks": [views.task_view(t) for t in tasks.list_tasks(d, caller)]}
+    return 200, {"tasks": [views.task_view(t.task, t.last_activity_at) for t in tasks.list_tasks(d, caller)]}
 
 
 @app.route(V1 + "/tasks/{task_id}", methods=["GET"], authorizer=bearer)
 @api.endpoint
 def get_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
     return 200, views.task_view(tasks.get_task(d, caller, task_id))
+
+
+@app.route(V1 + "/tasks/{task_id}", methods=["PATCH"], authorizer=bearer, content_types=ANY_BODY)
+@api.endpoint
+def rename_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
+    return 200, views.task_view(task_changes.rename_task(d, caller, task_id, commands.rename_task(api.body())))
+
+
+@app.route(V1 + "/tasks/{task_id}", methods=["DELETE"], authorizer=bearer)
+@api.endpoint
+def delete_task(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
+    task_changes.delete_task(d, caller, task_id)
+    return 204, None
 
 
 # ------------------------------------------------------------------ sessions

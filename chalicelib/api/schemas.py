@@ -50,6 +50,7 @@ FRAME = _object({
 # (method, path) -> JSON body schema
 BODIES: dict[tuple[str, str], Schema] = {
     ("POST", V1 + "/tasks"): _object({"title": _text(v.MAX_TITLE), "workflow_step": IDENTIFIER}, ("title",)),
+    ("PATCH", V1 + "/tasks/{task_id}"): _object({"title": _text(v.MAX_TITLE)}, ("title",)),
     ("POST", V1 + "/tasks/{task_id}/sessions"): _object({"prompt": _text(v.MAX_CONTENT),
                                                           "primary": {"type": "boolean"}}),
     ("POST", V1 + "/sessions/{session_id}/messages"): _object({

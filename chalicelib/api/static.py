@@ -8,9 +8,10 @@ from chalice import Response
 
 WEB_ROOT = Path(__file__).resolve().parent.parent / "web"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".json": "application/json"}
+         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".json": "application/json",
+         ".webmanifest": "application/manifest+json"}
 # Bounded: a name longer than the file system allows makes is_file() raise instead of answering False.
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\.(html|js|css|svg|json)$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\.(html|js|css|svg|json|webmanifest)$")
 
 
 def serve(name: str) -> Response:

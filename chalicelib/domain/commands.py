@@ -27,6 +27,11 @@ class CreateTask:
 
 
 @dataclass(frozen=True)
+class RenameTask:
+    title: str
+
+
+@dataclass(frozen=True)
 class CreateSession:
     prompt: str | None
     primary: bool
@@ -95,6 +100,12 @@ def create_task(body: Any) -> CreateTask:
     title = v.text(data, "title", max_len=v.MAX_TITLE)
     assert title is not None
     return CreateTask(title=title, workflow_step=v.identifier(data, "workflow_step", required=False) or "todo")
+
+
+def rename_task(body: Any) -> RenameTask:
+    title = v.text(v.body_object(body), "title", max_len=v.MAX_TITLE)
+    assert title is not None
+    return RenameTask(title)
 
 
 def create_session(body: Any) -> CreateSession:

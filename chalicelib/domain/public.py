@@ -35,9 +35,10 @@ def event_view(event: Event) -> dict[str, Any]:
             "payload": event.payload, "at": event.at}
 
 
-def task_view(task: Task) -> dict[str, Any]:
+def task_view(task: Task, last_activity_at: str | None = None) -> dict[str, Any]:
     return {
         "id": task.id, "title": task.title, "workflow_step": task.workflow_step, "created_at": task.created_at,
+        "last_activity_at": last_activity_at or max(task.created_at, task.summary.updated_at),
         "status_summary": {"pending_action": task.summary.pending_action, "revision": task.summary.revision,
                            "primary_session_id": task.summary.primary_session_id},
     }

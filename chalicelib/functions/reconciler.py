@@ -24,7 +24,7 @@ from ..services import watchdog
 from ..services.clarifications import pause_for_input
 from ..services.deps import Deps
 from ..services.dispatch import dispatch_prompt, retire_ambiguous
-from ..services.messages import drain
+from ..services.messages import drain, drainable
 from ..services.readiness import mark_ready
 from ..services.resume import recover, replay_start_event, rollback
 
@@ -227,6 +227,6 @@ def next_due(s: Session, now: str) -> str | None:
         candidates.append(s.prompt.deadline)
     if s.watchdog is not None:
         candidates.append(s.watchdog.due)
-    if s.queue and not s.terminal:  # a queue left behind by a crash between completion and drain
+    if drainable(s, now):  # a queue left behind by a crash between completion and drain
         candidates.append(s.queue[0].deadline or now)
     return min(candidates) if candidates else None

@@ -209,14 +209,26 @@ def _record_time(record: Record, deps: Deps) -> str:
 
 # ------------------------------------------------------------------ tasks table
 def on_task_record(deps: Deps, record: Record) -> None:
-    """A new task is announced; a new summary revision is published again, with the id its refresh used, so
-    a refresh outside a stream (a task-list read) whose publication failed is still published."""
+    """A new task is announced, a renamed or moved one updated, a deleted one removed; a new summary
+    revision is published again, with the id its refresh used, so a refresh outside a stream (a task-list
+    read) whose publication failed is still published. Ids derive from the record: a redelivery repeats them."""
     new_item, old_item = _image(record, "NewImage"), _image(record, "OldImage")
     if new_item is None:
+        if old_item is not None:
+            gone, at = codec.task_from_item(old_item), _record_time(record, deps)
+            emit(deps, workspace_id=gone.workspace_id, task_id=gone.id, session_id=None,
+                 event_id=f"task.deleted:{gone.id}", kind="task.deleted", at=at,
+                 payload={"id": gone.id, "deleted_at": at})
         return
     task = codec.task_from_item(new_item)
     if old_item is None:
         emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None,
              event_id=f"task.created:{task.id}", kind="task.created", at=task.created_at, payload=task_view(task))
-    elif task.summary.revision > codec.task_from_item(old_item).summary.revision:
+        return
+    old = codec.task_from_item(old_item)
+    if (task.title, task.workflow_step) != (old.title, old.workflow_step):
+        emit(deps, workspace_id=task.workspace_id, task_id=task.id, session_id=None,
+             event_id=f"task.updated:{task.id}:{_sequence(record)}", kind="task.updated",
+             at=_record_time(record, deps), payload=task_view(task))
+    if task.summary.revision > old.summary.revision:
         publish_summary(deps, task)

@@ -215,14 +215,20 @@ def live_bundles(session: Session, now: str) -> bool:
     return any(bundle_is_active(session, b) and not clarify.is_detached(b, now) for b in session.bundles)
 
 
+def drainable(session: Session, now: str) -> bool:
+    """The queue's head may start a turn now: the agent's turn is over and no live question holds it."""
+    turn = session.current_turn
+    return bool(session.queue) and not session.terminal and (turn is None or not turn.open) \
+        and not live_bundles(session, now)
+
+
 def drain(deps: Deps, session: Session) -> Session:
     """Dispatch the queue's head as a new turn once the agent's turn is over (in order, one at a time).
 
     The new turn supersedes a detached question: the documented trade-off of draining.
     """
     turn = session.current_turn
-    if not session.queue or session.terminal or (turn is not None and turn.open) or live_bundles(
-            session, deps.now()):
+    if not drainable(session, deps.now()):
         return session
     head = session.queue[0]
     new_turn = Turn(id=deps.new_id(), seq=session.turn_seq + 1, started_at=deps.now())

@@ -20,23 +20,28 @@ def task_summary(sessions: list[Session]) -> tuple[str | None, str | None]:
 
 
 def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
-                         fresh: Session | None = None, republish: bool = False) -> Task | None:
+                         fresh: Session | None = None, republish: bool = False,
+                         sessions: list[Session] | None = None) -> Task | None:
     """Make the stored summary agree with the rule. Returns the task as stored (None if it vanished).
+
+    `sessions`, read by the caller just now, spare the first attempt its own read.
 
     With `republish` (stream functions), an already agreeing summary has its event written again: the event
     id is stable, so this writes nothing new unless a crash came between a summary write and its event.
     """
+    given = [sessions] if sessions is not None else []
+
     def attempt(known: Task | None) -> Task | None:
         current = known or deps.store.get_task(task_id)
         if current is None:
             return None
-        sessions = deps.store.list_sessions(task_id)
+        listed = given.pop() if given else deps.store.list_sessions(task_id)  # a retry reads afresh
         if fresh is not None:  # the index may lag the aggregate that triggered this refresh, but a
             # redelivered record may be older than what is stored: the newer version wins
-            sessions = [fresh if s.id == fresh.id and fresh.version > s.version else s for s in sessions]
-            if all(s.id != fresh.id for s in sessions):
-                sessions.append(fresh)
-        action, primary = task_summary(sessions)
+            listed = [fresh if s.id == fresh.id and fresh.version > s.version else s for s in listed]
+            if all(s.id != fresh.id for s in listed):
+                listed.append(fresh)
+        action, primary = task_summary(listed)
         if (action, primary) == (current.summary.pending_action, current.summary.primary_session_id):
             if republish and current.summary.revision:
                 publish_summary(deps, current)

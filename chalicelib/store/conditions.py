@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..domain.model import TERMINAL_STATES, State
+from ..domain.model import TERMINAL_STATES, State, Turn
 from ..domain.rules import PENDING
 from .document import AnyOf, Clause, Equals, Exists, Missing, Not, OneOf, SameAs, SizeBelow, all_of, any_of
 
@@ -31,6 +31,14 @@ def turn_is(turn_id: str | None) -> Clause:
     if turn_id is None:
         return Missing(("current_turn",))
     return Equals(("current_turn", "id"), turn_id)
+
+
+def turn_as(turn: Turn) -> Clause:
+    """The current turn is exactly the one the caller captured, open or completed as it was: a reservation
+    that may hand authority back to it never hands back a stale copy."""
+    completed = ("current_turn", "completed_at")
+    return all_of((turn_is(turn.id),
+                   Missing(completed) if turn.completed_at is None else Equals(completed, turn.completed_at)))
 
 
 def turn_open() -> Clause:

@@ -102,6 +102,12 @@ class MemoryStore(ConditionalWrites):
         item = self.task_items.get(task_id)
         return codec.task_from_item(item) if item is not None else None
 
+    def delete_task(self, task_id: str) -> bool:
+        with self._lock:
+            removed = self.task_items.pop(task_id, None) is not None
+            self.writes += removed
+            return removed
+
     def list_tasks(self, workspace_id: str) -> list[Task]:
         tasks = [codec.task_from_item(i) for i in list(self.task_items.values()) if i["workspace_id"] == workspace_id]
         return sorted(tasks, key=lambda t: t.created_at)

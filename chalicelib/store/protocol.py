@@ -51,6 +51,14 @@ class Store(Protocol):
         """With `unchanged` (session id -> version): one transaction that also checks those versions."""
         ...
 
+    def rename_task(self, task_id: str, title: str) -> Task:
+        """Raises ConditionFailed when the task does not exist."""
+        ...
+
+    def delete_task(self, task_id: str) -> bool:
+        """Removes the task record; False when it was already gone."""
+        ...
+
     # -- the session aggregate: every decision is one conditional write
     def create_session(self, session: Session) -> None: ...
     def get_session(self, session_id: str) -> Session | None: ...
@@ -119,6 +127,11 @@ class Store(Protocol):
         ...
 
     def mark_attempted(self, session_id: str, reservation: Reservation, prompt: Prompt, *, at: str) -> Session: ...
+    def abandon_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
+                            at: str) -> Session:
+        """Drop an unattempted reservation whose question moved on, retiring its intent."""
+        ...
+
     def to_start_event(self, session_id: str, reservation: Reservation, marker: StartEvent, *, bundle_id: str,
                        delivery_id: str, result: str, at: str) -> Session:
         """Replace an attempted reservation by the start-event outbox marker, retiring the intent."""

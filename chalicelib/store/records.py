@@ -38,6 +38,15 @@ class DynamoRecords:
         item = resp.get("Item")
         return codec.task_from_item(codec.from_attrs(item)) if item else None
 
+    def delete_task(self, task_id: str) -> bool:
+        try:
+            guarded(lambda: self.client.delete_item(TableName=TaskRecord.Meta.table_name,
+                                                    Key={"task_id": {"S": task_id}},
+                                                    ConditionExpression="attribute_exists(task_id)"))
+            return True
+        except ConditionFailed:
+            return False
+
     def list_tasks(self, workspace_id: str) -> list[Task]:
         return guarded(lambda: [codec.task_from_item(codec.plain(r.attribute_values))
                                 for r in TaskRecord.by_workspace.query(workspace_id)])

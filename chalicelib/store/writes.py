@@ -124,6 +124,10 @@ class ConditionalWrites:
         w.put(("summary_revision",), expected_revision + 1).put_or_drop(("summary_at",), at or None)
         return self._commit_task(task_id, w.done(None))
 
+    def rename_task(self, task_id: str, title: str) -> Task:
+        """An update never recreates a deleted task."""
+        return self._commit_task(task_id, _TaskBuilder().put(("title",), title).done(None))
+
     def set_workflow_step(self, task_id: str, step: str, *, unchanged: Mapping[str, int] | None = None) -> Task:
         """Move the task to `step`. `unchanged` (session id -> version) makes it one transaction with a check
         that each of those aggregates is still the version the caller decided on: a guard decided by the
@@ -235,7 +239,8 @@ class ConditionalWrites:
             w.put(_row(bundle_id, q, "status"), status).put(_row(bundle_id, q, "response"), dict(response))
         w.put(_delivery(bundle_id), codec.delivery_to_item(delivery))
         if reservation is not None:
-            w.require(c.no_reservation()).put(("reservation",), codec.reservation_to_item(reservation))
+            w.require(c.no_reservation(), c.turn_as(reservation.predecessor))
+            w.put(("reservation",), codec.reservation_to_item(reservation))
         if delivery.pending:
             w.deadline(delivery.deadline)
         return self._commit(session_id, w.done(at))
@@ -282,7 +287,7 @@ class ConditionalWrites:
         a reserved successor, in one write. It races the waiter's confirmation on the same unconfirmed claim,
         so exactly one of them wins; it needs the claim's turn current and the session live."""
         w = _Builder().require(c.delivery_unconfirmed(bundle_id, delivery_id), c.bundle_current(bundle_id),
-                               c.not_terminal(), c.no_reservation())
+                               c.not_terminal(), c.no_reservation(), c.turn_as(reservation.predecessor))
         for q in reservation.row_ids:
             w.require(c.row_has_status(bundle_id, q, "answered")).put(_row(bundle_id, q, "agent_disconnected"), True)
         w.put(_delivery(bundle_id, "mode"), "detached").put(_delivery(bundle_id, "deadline"), reservation.deadline)
@@ -305,6 +310,15 @@ class ConditionalWrites:
         w.drop(("reservation",)).put(_delivery(bundle_id, "confirmed_at"), at)
         w.put(_delivery(bundle_id, "result"), result).put(("prompt", "dispatch"), dispatch.value)
         return self._commit(session_id, w.done(at))
+
+    def abandon_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
+                            at: str) -> Session:
+        """An unattempted reservation whose question moved on (a newer turn, an ended session) before the
+        resume: drop it and retire the intent, leaving history as it is (nothing was dispatched)."""
+        w = _Builder().require(c.reservation_is(reservation.turn_id), c.reservation_unattempted(),
+                               c.delivery_unconfirmed(bundle_id, delivery_id))
+        w.drop(("reservation",)).put(_delivery(bundle_id, "confirmed_at"), at)
+        return self._commit(session_id, w.put(_delivery(bundle_id, "result"), "retired").done(at))
 
     def to_start_event(self, session_id: str, reservation: Reservation, marker: StartEvent, *, bundle_id: str,
                        delivery_id: str, result: str, at: str) -> Session:

@@ -44,6 +44,9 @@ export function createApi({ getToken, fetchImpl = (...args) => fetch(...args), b
     call,
     listTasks: (signal) => read("/tasks", { signal }),
     createTask: (title) => call("POST", "/tasks", { body: { title } }),
+    renameTask: (taskId, title) => call("PATCH", `/tasks/${enc(taskId)}`, { body: { title } }),
+    deleteTask: (taskId) => call("DELETE", `/tasks/${enc(taskId)}`),
+    cancelSession: (sessionId) => call("POST", `/sessions/${enc(sessionId)}/cancel`, { body: {} }),
     listSessions: (taskId, signal) => read(`/tasks/${enc(taskId)}/sessions`, { signal }),
     createSession: (taskId, prompt) => call("POST", `/tasks/${enc(taskId)}/sessions`, { body: prompt ? { prompt } : {} }),
     getSession: (sessionId, signal) => read(`/sessions/${enc(sessionId)}`, { signal }),
@@ -52,6 +55,7 @@ export function createApi({ getToken, fetchImpl = (...args) => fetch(...args), b
       call("POST", `/clarifications/${enc(clarificationId)}/respond`, { body, headers: { "Idempotency-Key": idempotencyKey } }),
     dismiss: (clarificationId) => call("POST", `/clarifications/${enc(clarificationId)}/dismiss`, { body: {} }),
     sendMessage: (sessionId, body) => call("POST", `/sessions/${enc(sessionId)}/messages`, { body }),
+    /** The feed from `after` (a cursor, or "now" for a cursor at the present without history). */
     events: (after, wait, signal) =>
       read(`/events?${after ? `after=${enc(after)}&` : ""}wait=${wait}`, { signal }),
   };

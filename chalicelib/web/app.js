@@ -1,32 +1,45 @@
-// Wiring: state, I/O and event handling. Decisions come from the pure modules (selection, merge,
-// admission, transcript); views.js renders; morphdom patches the page in place.
+// Wiring: state, I/O and event handling. Decisions come from the pure modules (selection, merge, admission,
+// transcript, drafts, retry, status, echo); views.js renders; morphdom patches the page in place.
 
 import morphdom from "./morphdom.js";
 import { createApi, newId } from "./api.js";
 import {
-  Phase, admissionLabel, beginLate, beginRespond, buildAnswers, canSendLate, composeLate, initialSurface, isBusy,
-  lateMessageBody, lateResult, respondResult, unansweredQuestions,
+  Phase, admissionLabel, beginLate, beginRespond, buildAnswers, canSendLate, composeLate, isBusy, lateMessageBody,
+  lateResult, respondResult, unansweredQuestions,
 } from "./admission.js";
+import { createDrafts } from "./drafts.js";
+import { pendingEchoes } from "./echo.js";
 import { applyEvent, createEventDeduper, mergeSessionList, mergeTaskSnapshot } from "./merge.js";
+import { describeFailure, retryDelay } from "./retry.js";
 import { createDesktopActivator, createTaskSessionLoader, createTaskSheetController } from "./selection.js";
 import { activeBundle, pendingQuestions } from "./transcript.js";
 import { renderApp } from "./views.js";
 
 const PHONE_QUERY = "(max-width: 767px)";
 const EVENT_WAIT_SECONDS = 10;
+const SKIP_UNDO_MS = 5000;
+const NOTICE_MS = 6000;
 const TOKEN_KEY = "clarify.token";
 const SURFACES_KEY = "clarify.surfaces";
+const SNAPSHOT_KEY = "clarify.snapshot";
+const TEXT_FIELD = /^(TEXTAREA|INPUT:(text|search|password|))$/;
 const rememberKey = (taskId) => `clarify.remembered.${taskId}`;
 const phoneQuery = window.matchMedia(PHONE_QUERY);
+const drafts = createDrafts(localStorage);
 
 const state = {
   token: null,
   layout: phoneQuery.matches ? "phone" : "desktop",
-  online: true,
-  notice: null,
+  online: true, // the event feed answers
+  offlineSince: null,
+  snapshotAt: null, // showing a stored snapshot taken then (until the server answers)
+  notices: [], // [{id, text, tone}] that clear themselves
   tasks: new Map(),
   order: [],
   tasksLoaded: false,
+  tasksError: null,
+  filter: "",
+  deleted: new Set(),
   sessions: new Map(), // taskId -> sessions, newest first
   route: { taskId: null, sessionId: null },
   taskNotice: null,
@@ -34,21 +47,35 @@ const state = {
   transcript: null, // {sessionId, current_turn_id, messages}
   transcriptError: null,
   surfaces: new Map(), // clarificationId -> admission surface
-  drafts: new Map(), // clarificationId -> {questionId: {selected, custom}}
   lateOpen: new Set(),
-  lateNotes: new Map(),
-  composer: { text: "", phase: null, status: "", error: false, retryable: false, clientMessageId: null, sentText: null },
+  echoes: new Map(), // sessionId -> [echo]
+  skipping: null, // {cid, until}
+  renaming: null, // taskId
+  confirm: null, // {kind: "delete"|"stop", id}
+  creating: false,
   sheet: null, // {id, controller}
   activating: null,
+  drafts,
 };
 
 const api = createApi({ getToken: () => state.token, onUnauthorized: () => signOut("The token was refused. Sign in again.") });
+const answerKey = (cid) => `answer:${cid}`;
+const answerDraft = (cid) => drafts.get(answerKey(cid), {});
 
 // ------------------------------------------------------------------ rendering
 
 const root = document.getElementById("app");
+const announcer = document.getElementById("announcer");
 let renderQueued = false;
 let afterRender = [];
+let shownOverlay = null;
+
+/** A field the person is typing in keeps its text through any re-render (same field identity). */
+function keepTyped(fromEl, toEl) {
+  const kind = fromEl.tagName === "INPUT" ? `INPUT:${fromEl.getAttribute("type") ?? ""}` : fromEl.tagName;
+  if (TEXT_FIELD.test(kind) && fromEl.dataset.field && fromEl.dataset.field === toEl.dataset.field) toEl.value = fromEl.value;
+  return true;
+}
 
 function render(then) {
   if (then) afterRender.push(then);
@@ -59,32 +86,129 @@ function render(then) {
     const log = document.getElementById("transcript");
     const pinned = !log || log.scrollHeight - log.scrollTop - log.clientHeight < 48;
     const shown = log?.dataset.session;
-    morphdom(root, renderApp(state));
+    morphdom(root, renderApp(state), { onBeforeElUpdated: keepTyped });
     const next = document.getElementById("transcript");
     // Follow new messages while the reader is at the bottom (and on opening a session); never yank them back.
     if (next && (pinned || next.dataset.session !== shown)) next.scrollTop = next.scrollHeight;
+    onOverlayShown();
     const pending = afterRender;
     afterRender = [];
     for (const fn of pending) fn();
+    saveSnapshot();
   });
+}
+
+function announce(text) {
+  if (!announcer) return;
+  announcer.textContent = "";
+  setTimeout(() => { announcer.textContent = text; }, 30);
+}
+
+let noticeIds = 0;
+function notify(text, tone = "info") {
+  const id = ++noticeIds;
+  state.notices = [...state.notices.slice(-2), { id, text, tone }];
+  render();
+  setTimeout(() => {
+    state.notices = state.notices.filter((n) => n.id !== id);
+    render();
+  }, NOTICE_MS);
+}
+
+const isTextField = (el) => !!el && (el.tagName === "TEXTAREA" || (el.tagName === "INPUT" && !["radio", "checkbox", "button", "submit"].includes(el.type)));
+
+/** A new question: say so, and move focus to its first option unless the person is typing somewhere. */
+function onOverlayShown() {
+  const overlay = document.getElementById("overlay");
+  const cid = overlay?.dataset.clarificationId ?? null;
+  if (cid === shownOverlay) return;
+  shownOverlay = cid;
+  if (!cid) return;
+  const bundle = findEntry(cid);
+  const first = bundle ? pendingQuestions(bundle)[0] : null;
+  announce(`The agent asks: ${first?.prompt ?? "a question"}`);
+  if (!isTextField(document.activeElement)) overlay.querySelector("input[type=radio]")?.focus();
+}
+
+// ------------------------------------------------------------------ offline snapshot (what the page opens to)
+
+let snapshotTimer = null;
+function saveSnapshot() {
+  if (!state.token || state.snapshotAt || !state.tasksLoaded) return;
+  clearTimeout(snapshotTimer);
+  snapshotTimer = setTimeout(() => {
+    const transcript = state.transcript ? { ...state.transcript, messages: state.transcript.messages.slice(-200) } : null;
+    const data = { at: new Date().toISOString(), tasks: [...state.tasks.values()], sessions: [...state.sessions], transcript, session: state.session };
+    try {
+      localStorage.setItem(SNAPSHOT_KEY, JSON.stringify(data));
+    } catch {
+      // a full storage only costs the offline view
+    }
+  }, 300);
+}
+
+function restoreSnapshot() {
+  try {
+    const data = JSON.parse(localStorage.getItem(SNAPSHOT_KEY) ?? "null");
+    if (!data) return;
+    state.tasks = new Map(data.tasks.map((t) => [t.id, t]));
+    state.order = [...state.tasks.keys()];
+    state.sessions = new Map(data.sessions);
+    state.tasksLoaded = true;
+    state.snapshotAt = data.at;
+    if (data.transcript) state.transcript = data.transcript;
+    if (data.session) state.session = data.session;
+  } catch {
+    localStorage.removeItem(SNAPSHOT_KEY);
+  }
 }
 
 // ------------------------------------------------------------------ tasks and sessions
 
-let tasksGeneration = 0;
-async function loadTasks() {
-  const generation = ++tasksGeneration;
-  try {
-    const body = await api.listTasks();
-    if (generation !== tasksGeneration) return; // an older snapshot never replaces a newer one
-    const merged = mergeTaskSnapshot(state.tasks, body.tasks ?? []);
-    state.tasks = merged.tasks;
-    state.order = merged.order;
-    state.tasksLoaded = true;
-    render();
-  } catch (error) {
-    if (error?.name !== "AbortError") state.notice = "Tasks could not be loaded.";
+let tasksLoad = null;
+let tasksAgain = false;
+let learnt = 0;
+const learntAt = new Map(); // taskId -> when this client learnt of it (a counter)
+
+function learnTask(task) {
+  state.tasks = new Map(state.tasks).set(task.id, { ...state.tasks.get(task.id), ...task });
+  if (!state.order.includes(task.id)) state.order = [...state.order, task.id];
+  learntAt.set(task.id, ++learnt);
+}
+
+/** One snapshot of the task list at a time; asking during a load runs exactly one more after it. */
+function loadTasks() {
+  if (tasksLoad) {
+    tasksAgain = true;
+    return tasksLoad;
   }
+  const since = learnt;
+  tasksLoad = (async () => {
+    try {
+      const body = await api.listTasks();
+      const keep = new Set([...learntAt].filter(([, at]) => at > since).map(([id]) => id));
+      const merged = mergeTaskSnapshot(state.tasks, body.tasks ?? [], { keep, gone: state.deleted });
+      state.tasks = merged.tasks;
+      state.order = merged.order;
+      state.tasksLoaded = true;
+      state.tasksError = null;
+      state.snapshotAt = null;
+      if (state.route.taskId && !state.tasks.has(state.route.taskId) && state.deleted.has(state.route.taskId)) leaveDeleted(state.route.taskId);
+    } catch (error) {
+      if (error?.name !== "AbortError") state.tasksError = describeFailure(error?.result);
+    } finally {
+      tasksLoad = null;
+      const held = heldEvents;
+      heldEvents = [];
+      if (held.length) handleEvents(held);
+      render();
+      if (tasksAgain) {
+        tasksAgain = false;
+        loadTasks();
+      }
+    }
+  })();
+  return tasksLoad;
 }
 
 const loader = createTaskSessionLoader({
@@ -124,6 +248,97 @@ async function activate(taskId, where) {
   }
 }
 
+async function createTask(where) {
+  const title = String(drafts.get("new-task")).trim();
+  if (!title || state.creating) return;
+  state.creating = true;
+  render();
+  const result = await api.createTask(title);
+  state.creating = false;
+  if (!result.ok) {
+    notify(`The task was not created. ${describeFailure(result, "title")}`, "error");
+    render();
+    return;
+  }
+  drafts.reset("new-task");
+  learnTask(result.body);
+  desktop.invalidate(); // an older activation in flight must not take over
+  go({ taskId: result.body.id, sessionId: null });
+  if (where === "sheet") state.sheet?.controller.close();
+  render(() => document.getElementById("new-session-prompt")?.focus());
+}
+
+async function createSession() {
+  const taskId = state.route.taskId;
+  const key = `new-session:${taskId}`;
+  const prompt = String(drafts.get(key)).trim();
+  const result = await api.createSession(taskId, prompt);
+  if (!result.ok) {
+    notify(`The session did not start. ${describeFailure(result, "prompt")}`, "error");
+    return;
+  }
+  drafts.reset(key);
+  if (prompt) state.echoes.set(result.body.id, [{ clientMessageId: `start-${result.body.id}`, content: prompt, at: new Date().toISOString(),
+    status: result.body.admission?.admission ?? "sent", messageId: result.body.admission?.message_id ?? null,
+    turnId: result.body.admission?.turn_id ?? null }]);
+  state.sessions = new Map(state.sessions).set(taskId, mergeSessionList(state.sessions.get(taskId), [result.body, ...(state.sessions.get(taskId) ?? [])]));
+  go({ taskId, sessionId: result.body.id });
+  render(() => document.getElementById("composer-input")?.focus());
+}
+
+async function renameTask(taskId) {
+  const key = `rename:${taskId}`;
+  const title = String(drafts.get(key, getTask(taskId)?.title ?? "")).trim();
+  if (!title) return;
+  const result = await api.renameTask(taskId, title);
+  if (!result.ok) {
+    notify(`Not renamed. ${describeFailure(result, "title")}`, "error");
+    return;
+  }
+  drafts.reset(key);
+  state.renaming = null;
+  learnTask(result.body);
+  notify("Task renamed.");
+}
+
+async function deleteTask(taskId) {
+  const title = getTask(taskId)?.title ?? "the task";
+  const result = await api.deleteTask(taskId);
+  state.confirm = null;
+  if (!result.ok && result.status !== 404) {
+    notify(`Not deleted. ${describeFailure(result)}`, "error");
+    return;
+  }
+  forgetTask(taskId);
+  go({ taskId: null, sessionId: null });
+  notify(`Deleted “${title}”.`);
+}
+
+function forgetTask(taskId) {
+  state.deleted.add(taskId);
+  const tasks = new Map(state.tasks);
+  tasks.delete(taskId);
+  state.tasks = tasks;
+  state.order = state.order.filter((id) => id !== taskId);
+}
+
+function leaveDeleted(taskId) {
+  if (state.route.taskId !== taskId) return;
+  go({ taskId: null, sessionId: null });
+  notify("That task was deleted on another device.");
+}
+
+async function stopSession(sessionId) {
+  state.confirm = null;
+  const result = await api.cancelSession(sessionId);
+  if (result.ok) {
+    state.session = result.body;
+    announce("The agent was stopped.");
+  } else notify(`The agent was not stopped. ${describeFailure(result)}`, "error");
+  refreshSessions(state.route.taskId);
+  scheduleTranscriptRefresh();
+}
+
 // ------------------------------------------------------------------ phone sheet
 
 let sheetIds = 0;
@@ -135,7 +350,7 @@ function openSheet() {
     close: () => {
       if (state.sheet?.id !== id) return;
       state.sheet = null;
-      render(() => document.getElementById("open-sheet")?.focus());
+      render(() => { if (!isTextField(document.activeElement)) document.getElementById("open-sheet")?.focus(); });
     },
   });
   state.sheet = { id, controller };
@@ -169,20 +384,25 @@ function applyRoute(route, notice = null) {
   const previous = state.route;
   state.route = route;
   state.taskNotice = route.sessionId ? null : notice;
+  if (route.taskId !== previous.taskId) {
+    state.renaming = null;
+    state.confirm = null;
+  }
   if (route.sessionId !== previous.sessionId) {
-    // Release the outgoing session's layout: its transcript, overlay and composer.
-    state.transcript = null;
+    // Release the outgoing session's layout: its transcript and overlay (typed text stays in the drafts).
+    if (state.transcript?.sessionId !== route.sessionId) state.transcript = null;
     state.transcriptError = null;
-    state.session = null;
-    state.composer = { text: "", phase: null, status: "", error: false, retryable: false, clientMessageId: null, sentText: null };
+    if (state.session?.id !== route.sessionId) state.session = null;
+    state.skipping = null;
   }
   if (route.taskId && route.sessionId) {
     localStorage.setItem(rememberKey(route.taskId), route.sessionId);
     loadTranscript(route.sessionId);
   }
-  if (route.taskId && route.taskId !== previous.taskId) refreshSessions(route.taskId);
-  else if (route.taskId && !route.sessionId) refreshSessions(route.taskId);
-  render();
+  if (route.taskId) refreshSessions(route.taskId);
+  render(() => {
+    if (route.taskId !== previous.taskId) document.querySelector(".task-row[aria-current=true]")?.scrollIntoView({ block: "nearest" });
+  });
 }
 
 function onExternalNavigation() {
@@ -207,10 +427,13 @@ async function loadTranscript(sessionId) {
     state.transcript = { sessionId, ...body };
     if (session) state.session = session;
     state.transcriptError = null;
+    state.echoes.set(sessionId, pendingEchoes(body.messages, state.echoes.get(sessionId)));
+    persistEchoes();
+    if (state.skipping && !activeBundle(body.messages)) state.skipping = null;
     render();
   } catch (error) {
     if (generation !== transcriptGeneration) return;
-    state.transcriptError = error?.result?.status === 404 ? "This session does not exist." : "The transcript could not be loaded.";
+    state.transcriptError = error?.result?.status === 404 ? "This session does not exist." : describeFailure(error?.result);
     render();
   }
 }
@@ -220,63 +443,125 @@ function scheduleTranscriptRefresh() {
   transcriptTimer = setTimeout(() => state.route.sessionId && loadTranscript(state.route.sessionId), 60);
 }
 
-// ------------------------------------------------------------------ events
+// ------------------------------------------------------------------ events: a snapshot, then the feed from its cursor
 
 const deduper = createEventDeduper();
 let eventsAbort = null;
-let tasksTimer = null;
+let wakeFeed = null;
 
 async function eventLoop() {
   eventsAbort?.abort();
   const abort = (eventsAbort = new AbortController());
   let cursor = null;
   let wait = 0;
-  let backoff = 500;
+  let failures = 0;
   while (!abort.signal.aborted) {
     try {
-      const page = await api.events(cursor, wait, abort.signal);
+      // First a cursor at the present, then the snapshot: whatever happens after the cursor arrives as events.
+      const page = await api.events(cursor ?? "now", cursor ? wait : 0, abort.signal);
+      const first = cursor == null;
       cursor = page.cursor ?? cursor;
       wait = page.events?.length ? 0 : EVENT_WAIT_SECONDS;
-      backoff = 500;
-      if (!state.online) {
-        state.online = true;
-        loadTasks(); // catch up on anything missed while offline
-        if (state.route.sessionId) scheduleTranscriptRefresh();
+      if (first || failures || !state.online) {
+        failures = 0;
+        reconnected();
       }
       handleEvents(page.events ?? []);
     } catch (error) {
       if (abort.signal.aborted) return;
-      state.online = false;
-      render();
-      await new Promise((r) => setTimeout(r, backoff));
-      backoff = Math.min(backoff * 2, 8000);
+      failures++;
+      wait = 0; // the first answer after a failure must come back at once, not after a long-poll
+      if (!state.tasksLoaded) state.tasksError = describeFailure(error?.result); // a first load says so, never "Loading…" forever
+      if (state.online || !state.tasksLoaded) {
+        state.online = false;
+        state.offlineSince ??= new Date().toISOString();
+        render();
+      }
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, retryDelay(failures));
+        wakeFeed = () => { clearTimeout(timer); resolve(); };
+      });
+      wakeFeed = null;
     }
   }
 }
 
+/** The API answers (again): drop stale errors and load what may have been missed. */
+function reconnected() {
+  state.online = true;
+  state.offlineSince = null;
+  loadTasks();
+  if (state.route.taskId) refreshSessions(state.route.taskId);
+  if (state.route.sessionId) loadTranscript(state.route.sessionId);
+  render();
+}
+
+function retryNow() {
+  if (wakeFeed) wakeFeed();
+  else reconnected();
+}
+
+let heldEvents = [];
+
 function handleEvents(events) {
+  if (tasksLoad) {
+    // Applied on top of the snapshot being loaded (revisions order them), never before it: an event about a
+    // task the client does not know yet would otherwise ask for yet another snapshot.
+    heldEvents.push(...events);
+    return;
+  }
   let changed = false;
   for (const event of events) {
     if (!deduper.admit(event.id)) continue;
-    const { caches, effects } = applyEvent({ tasks: state.tasks, order: state.order, sessions: state.sessions }, event);
-    if (caches.tasks !== state.tasks || caches.sessions !== state.sessions) changed = true;
+    if (event.task_id && state.deleted.has(event.task_id)) continue;
+    const before = { tasks: state.tasks, sessions: state.sessions, order: state.order };
+    const { caches, effects } = applyEvent(before, event);
+    if (caches.tasks !== before.tasks || caches.sessions !== before.sessions) changed = true;
     state.tasks = caches.tasks;
     state.sessions = caches.sessions;
-    if (effects.refreshTasks) {
-      clearTimeout(tasksTimer);
-      tasksTimer = setTimeout(loadTasks, 50);
+    state.order = caches.order;
+    if (event.type === "task.created" && caches.tasks.has(event.task_id)) learntAt.set(event.task_id, ++learnt);
+    if (effects.deletedTask) {
+      state.deleted.add(effects.deletedTask);
+      leaveDeleted(effects.deletedTask);
     }
+    if (effects.newlyPending) notifyQuestion(effects.newlyPending);
+    if (effects.refreshTasks) loadTasks();
     if (effects.refreshSession && effects.refreshSession === state.route.sessionId) scheduleTranscriptRefresh();
   }
   if (changed) render();
 }
 
+// ------------------------------------------------------------------ system notifications (the page is in the background)
+
+function notifyQuestion(taskId) {
+  if (document.visibilityState !== "hidden" || !("Notification" in window) || Notification.permission !== "granted") return;
+  const task = getTask(taskId);
+  const options = { body: task ? `In “${task.title}”` : "A task needs your answer", tag: `question-${taskId}`,
+    data: { url: `/${routeHash({ taskId, sessionId: null })}` }, icon: "/web/icon.svg" };
+  navigator.serviceWorker?.getRegistration()
+    .then((registration) => (registration ? registration.showNotification("The agent has a question", options) : new Notification("The agent has a question", options)))
+    .catch(() => {});
+}
+
+async function askNotifications() {
+  if (!("Notification" in window)) return;
+  await Notification.requestPermission();
+  render();
+}
+
 // ------------------------------------------------------------------ answering
 
-const surfaceOf = (cid) => state.surfaces.get(cid) ?? initialSurface(cid);
+const surfaceOf = (cid) => state.surfaces.get(cid) ?? { clarificationId: cid, phase: Phase.EDITING, answers: null, rejected: false,
+  idempotencyKey: null, clientMessageId: null, note: "", admission: null, messageId: null, delivery: null, error: null,
+  winner: null, retryable: false, reason: null };
 
 function setSurface(surface) {
   state.surfaces = new Map(state.surfaces).set(surface.clarificationId, surface);
+  if ([Phase.ANSWERED, Phase.SKIPPED, Phase.LATE_DONE].includes(surface.phase)) {
+    drafts.reset(answerKey(surface.clarificationId)); // delivered: nothing left to keep
+    drafts.reset(`late-note:${surface.clarificationId}`);
+  }
   persistSurfaces();
   render();
 }
@@ -289,27 +574,50 @@ async function submitAnswers(cid) {
   const entry = findEntry(cid);
   const current = surfaceOf(cid);
   if (!entry || isBusy(current)) return; // answering all questions submits once
-  const answers = buildAnswers(pendingQuestions(entry), state.drafts.get(cid));
+  const answers = buildAnswers(pendingQuestions(entry), answerDraft(cid));
   let surface = beginRespond(current, { answers }, newId);
   setSurface(surface);
   const result = await api.respond(cid, { answers }, surface.idempotencyKey);
   surface = respondResult(surfaceOf(cid), result, newId);
+  if (result.kind === "transport" || result.status >= 500) surface = { ...surface, error: describeFailure(result, "answer") };
   setSurface(surface);
   if (surface.phase === Phase.LATE_READY) {
     // A recognised inactive result: the kept answers continue as an ordinary message to the same session.
     await sendLate(cid, entry.session_id ?? state.route.sessionId);
   }
+  if (surface.phase === Phase.ANSWERED) {
+    announce("Answer sent to the agent.");
+    render(() => document.getElementById("composer-input")?.focus());
+  }
   scheduleTranscriptRefresh();
 }
 
+function startSkip(cid) {
+  if (isBusy(surfaceOf(cid))) return;
+  const until = Date.now() + SKIP_UNDO_MS;
+  state.skipping = { cid, until };
+  setTimeout(() => { if (state.skipping?.cid === cid && state.skipping.until === until) skip(cid); }, SKIP_UNDO_MS);
+  announce("Skipping in 5 seconds. Undo is available.");
+  render(() => document.querySelector("[data-action=undo-skip]")?.focus());
+}
+
+function undoSkip() {
+  state.skipping = null;
+  announce("Skip undone; your answers are kept.");
+  render(() => document.querySelector("#overlay input[type=radio]")?.focus());
+}
+
 async function skip(cid) {
+  state.skipping = null;
   const current = surfaceOf(cid);
-  if (isBusy(current)) return;
+  if (isBusy(current) || !findEntry(cid)?.answerable) return render();
   let surface = beginRespond(current, { rejected: true }, newId);
   setSurface(surface);
   const result = await api.respond(cid, { rejected: true }, surface.idempotencyKey);
   surface = respondResult(surfaceOf(cid), result, newId);
+  if (result.kind === "transport" || result.status >= 500) surface = { ...surface, error: describeFailure(result) };
   setSurface(surface);
+  if (surface.phase === Phase.SKIPPED) render(() => document.getElementById("composer-input")?.focus());
   scheduleTranscriptRefresh();
 }
 
@@ -319,7 +627,9 @@ async function sendLate(cid, sessionId, { userRetry = false } = {}) {
   surface = beginLate(surface);
   setSurface({ ...surface, sessionId });
   const result = await api.sendMessage(sessionId, lateMessageBody(surface));
-  setSurface({ ...lateResult(surfaceOf(cid), result), sessionId });
+  let next = { ...lateResult(surfaceOf(cid), result), sessionId };
+  if (result.kind === "transport" || result.status >= 500) next = { ...next, error: describeFailure(result) };
+  setSurface(next);
   if (surfaceOf(cid).phase === Phase.LATE_DONE) state.lateOpen.delete(cid);
   scheduleTranscriptRefresh();
 }
@@ -327,8 +637,8 @@ async function sendLate(cid, sessionId, { userRetry = false } = {}) {
 async function sendLateFromForm(cid) {
   const entry = findEntry(cid);
   if (!entry || isBusy(surfaceOf(cid))) return;
-  const answers = buildAnswers(unansweredQuestions(entry), state.drafts.get(cid));
-  setSurface(composeLate(surfaceOf(cid), answers, newId, (state.lateNotes.get(cid) ?? "").trim()));
+  const answers = buildAnswers(unansweredQuestions(entry), answerDraft(cid));
+  setSurface(composeLate(surfaceOf(cid), answers, newId, String(drafts.get(`late-note:${cid}`)).trim()));
   await sendLate(cid, entry.session_id ?? state.route.sessionId);
 }
 
@@ -338,9 +648,14 @@ async function dismiss(cid) {
     state.lateOpen.delete(cid);
     setSurface({ ...surfaceOf(cid), phase: Phase.DISMISSED, error: null });
   } else {
-    state.notice = "The question could not be dismissed.";
+    notify(`The question was not dismissed. ${describeFailure(result)}`, "error");
   }
   scheduleTranscriptRefresh();
+}
+
+function discardDraft(cid) {
+  drafts.reset(answerKey(cid));
+  render();
 }
 
 function persistSurfaces() {
@@ -363,56 +678,112 @@ function restoreSurfaces() {
   }
 }
 
-// ------------------------------------------------------------------ ordinary messages
+// ------------------------------------------------------------------ ordinary messages (shown at once as echoes)
 
-async function sendMessage({ retry = false } = {}) {
-  const sessionId = state.route.sessionId;
-  const c = state.composer;
-  if (!sessionId || c.phase === Phase.LATE_SENDING) return;
-  if (!retry) {
-    if (!c.text.trim()) return;
-    c.clientMessageId = newId();
-    c.sentText = c.text.trim();
-  }
-  Object.assign(c, { phase: Phase.LATE_SENDING, status: "Sending…", error: false, retryable: false });
+const echoesOf = (sessionId) => state.echoes.get(sessionId) ?? [];
+
+function setEcho(sessionId, clientMessageId, change) {
+  state.echoes.set(sessionId, echoesOf(sessionId).map((e) => (e.clientMessageId === clientMessageId ? { ...e, ...change } : e)));
+  persistEchoes();
   render();
-  const result = await api.sendMessage(sessionId, { client_message_id: c.clientMessageId, content: c.sentText });
-  const outcome = lateResult({ phase: Phase.LATE_SENDING }, result);
-  if (state.composer !== c) return;
-  if (outcome.phase === Phase.LATE_DONE) {
-    Object.assign(c, { text: c.text.trim() === c.sentText ? "" : c.text, phase: null, error: false, retryable: false,
-      status: `Message ${admissionLabel(outcome.admission).toLowerCase()}.` });
+}
+
+function persistEchoes() {
+  const open = [...state.echoes].map(([sid, list]) => [sid, list.filter((e) => !e.messageId)]).filter(([, list]) => list.length);
+  drafts.set("echoes", Object.fromEntries(open));
+}
+
+function restoreEchoes() {
+  for (const [sid, list] of Object.entries(drafts.get("echoes", {}))) {
+    // A send interrupted by a reload has an unknown outcome: offer a retry with the same identity.
+    state.echoes.set(sid, list.map((e) => (e.status === "sending" ? { ...e, status: "unknown", error: "The page closed before Clarify answered. Your message is kept." } : e)));
+  }
+}
+
+async function sendMessage(sessionId, { retryId = null } = {}) {
+  let echo;
+  if (retryId) {
+    echo = echoesOf(sessionId).find((e) => e.clientMessageId === retryId);
+    if (!echo || echo.status === "sending") return;
+    setEcho(sessionId, retryId, { status: "sending", error: null });
   } else {
-    Object.assign(c, { phase: null, error: true, retryable: outcome.phase === Phase.LATE_UNKNOWN || outcome.retryable,
-      status: outcome.error });
+    const key = `composer:${sessionId}`;
+    const content = String(drafts.get(key)).trim();
+    if (!content) return;
+    echo = { clientMessageId: newId(), content, at: new Date().toISOString(), status: "sending" };
+    state.echoes.set(sessionId, [...echoesOf(sessionId), echo]);
+    drafts.reset(key);
+    persistEchoes();
+    render(() => document.getElementById("composer-input")?.focus());
   }
-  render();
+  const result = await api.sendMessage(sessionId, { client_message_id: echo.clientMessageId, content: echo.content });
+  const outcome = lateResult({ phase: Phase.LATE_SENDING }, result);
+  if (outcome.phase === Phase.LATE_DONE) {
+    setEcho(sessionId, echo.clientMessageId, { status: outcome.admission, messageId: outcome.messageId, turnId: result.body?.turn_id ?? null, error: null });
+    announce(`Message ${admissionLabel(outcome.admission).toLowerCase()}.`);
+  } else {
+    const unknown = outcome.phase === Phase.LATE_UNKNOWN;
+    setEcho(sessionId, echo.clientMessageId, { status: unknown ? "unknown" : "failed", retryable: unknown || outcome.retryable,
+      error: describeFailure(result, "message") });
+  }
   scheduleTranscriptRefresh();
+}
+
+function editEcho(sessionId, clientMessageId) {
+  const echo = echoesOf(sessionId).find((e) => e.clientMessageId === clientMessageId);
+  if (!echo) return;
+  const key = `composer:${sessionId}`;
+  const current = String(drafts.get(key)).trim();
+  drafts.reset(key);
+  drafts.set(key, current ? `${echo.content}\n${current}` : echo.content);
+  state.echoes.set(sessionId, echoesOf(sessionId).filter((e) => e !== echo));
+  persistEchoes();
+  render(() => document.getElementById("composer-input")?.focus());
 }
 
 // ------------------------------------------------------------------ DOM events (delegated)
 
-function draftFor(cid) {
-  const draft = { ...(state.drafts.get(cid) ?? {}) };
-  state.drafts = new Map(state.drafts).set(cid, draft);
-  return draft;
+function pick(cid, questionId, optionId) {
+  const draft = answerDraft(cid);
+  drafts.set(answerKey(cid), { ...draft, [questionId]: { ...(draft[questionId] ?? {}), selected: [optionId] } });
+  render();
 }
 
 root.addEventListener("click", (e) => {
   const el = e.target.closest("[data-action]");
   if (!el || el.tagName === "FORM" || el.tagName === "INPUT" || el.tagName === "TEXTAREA") return;
-  const { action, taskId, sessionId, clarificationId: cid, where } = el.dataset;
+  const { action, taskId, sessionId, clarificationId: cid, where, echoId } = el.dataset;
+  const sid = state.route.sessionId;
   switch (action) {
+    case "skip-link": {
+      const target = document.getElementById("composer-input") ?? document.getElementById("main");
+      target?.focus();
+      break;
+    }
     case "activate-task": activate(taskId, where); break;
     case "open-session": go({ taskId, sessionId }); break;
     case "open-sheet": openSheet(); break;
     case "close-sheet": state.sheet?.controller.close(); break;
-    case "skip": skip(cid); break;
+    case "skip": startSkip(cid); break;
+    case "undo-skip": undoSkip(); break;
+    case "skip-now": skip(cid); break;
     case "open-late": state.lateOpen.add(cid); render(() => document.querySelector(`#entry-${CSS.escape(cid)} input`)?.focus()); break;
     case "close-late": state.lateOpen.delete(cid); render(); break;
     case "dismiss": dismiss(cid); break;
-    case "retry-late": sendLate(cid, surfaceOf(cid).sessionId ?? state.route.sessionId, { userRetry: true }); break;
-    case "retry-message": sendMessage({ retry: true }); break;
+    case "discard-draft": discardDraft(cid); break;
+    case "retry-late": sendLate(cid, surfaceOf(cid).sessionId ?? sid, { userRetry: true }); break;
+    case "retry-echo": sendMessage(sid, { retryId: echoId }); break;
+    case "edit-echo": editEcho(sid, echoId); break;
+    case "retry-now": retryNow(); break;
+    case "retry-transcript": if (sid) loadTranscript(sid); break;
+    case "rename-task": state.renaming = state.route.taskId; state.confirm = null; render(() => document.getElementById("rename-input")?.select()); break;
+    case "cancel-rename": drafts.reset(`rename:${state.route.taskId}`); state.renaming = null; render(); break;
+    case "delete-task": state.confirm = { kind: "delete", id: state.route.taskId }; state.renaming = null; render(() => document.querySelector("[data-action=confirm-delete]")?.focus()); break;
+    case "confirm-delete": deleteTask(state.confirm?.id); break;
+    case "stop": state.confirm = { kind: "stop", id: sid }; render(() => document.querySelector("[data-action=confirm-stop]")?.focus()); break;
+    case "confirm-stop": stopSession(state.confirm?.id); break;
+    case "cancel-confirm": state.confirm = null; render(); break;
+    case "ask-notifications": askNotifications(); break;
     case "sign-out": signOut(); break;
     default: return;
   }
@@ -421,71 +792,87 @@ root.addEventListener("click", (e) => {
 
 root.addEventListener("change", (e) => {
   const el = e.target;
-  if (el.dataset.action !== "choose") return;
-  const draft = draftFor(el.dataset.clarificationId);
-  draft[el.dataset.questionId] = { ...(draft[el.dataset.questionId] ?? {}), selected: [el.value] };
-  render();
+  if (el.dataset.action === "choose") pick(el.dataset.clarificationId, el.dataset.questionId, el.value);
 });
 
 root.addEventListener("input", (e) => {
   const el = e.target;
-  const { action, clarificationId: cid, questionId } = el.dataset;
+  const { action, clarificationId: cid, questionId, draft } = el.dataset;
   if (action === "custom") {
-    const draft = draftFor(cid);
-    draft[questionId] = { ...(draft[questionId] ?? {}), custom: el.value };
-  } else if (action === "late-note") {
-    state.lateNotes.set(cid, el.value);
-  } else if (action === "compose") {
-    state.composer.text = el.value;
+    const d = answerDraft(cid);
+    drafts.set(answerKey(cid), { ...d, [questionId]: { ...(d[questionId] ?? {}), custom: el.value } });
+  } else if (action === "filter") {
+    state.filter = el.value;
+  } else if (draft) {
+    drafts.set(draft, el.value);
   } else return;
   render();
 });
 
-root.addEventListener("submit", async (e) => {
+root.addEventListener("submit", (e) => {
   const form = e.target;
   e.preventDefault();
   const cid = form.dataset.clarificationId;
   switch (form.dataset.action) {
     case "submit-answers": submitAnswers(cid); break;
     case "send-late": sendLateFromForm(cid); break;
-    case "send-message": sendMessage(); break;
+    case "send-message": sendMessage(state.route.sessionId); break;
     case "save-token": signIn(new FormData(form).get("token")); break;
-    case "create-task": {
-      const title = String(new FormData(form).get("title") ?? "").trim();
-      if (!title) return;
-      form.reset();
-      const result = await api.createTask(title);
-      if (result.ok) {
-        await loadTasks();
-        const where = form.closest("#task-sheet") ? "sheet" : "desktop";
-        activate(result.body.id, where);
-      }
-      break;
-    }
-    case "create-session": {
-      const prompt = String(new FormData(form).get("prompt") ?? "").trim();
-      const taskId = state.route.taskId;
-      const result = await api.createSession(taskId, prompt);
-      if (result.ok) go({ taskId, sessionId: result.body.id });
-      break;
-    }
+    case "create-task": createTask(form.closest("#task-sheet") ? "sheet" : "desktop"); break;
+    case "create-session": createSession(); break;
+    case "rename-task": renameTask(state.route.taskId); break;
     default:
   }
 });
 
-root.addEventListener("keydown", (e) => {
+function shortcut(e) {
+  const overlay = document.getElementById("overlay");
+  if (/^[1-9]$/.test(e.key) && overlay && !isTextField(e.target) && !e.ctrlKey && !e.metaKey && !e.altKey) {
+    // 1-9 pick an option of the question holding focus, else of the first question still without an answer.
+    const cid = overlay.dataset.clarificationId;
+    const groups = [...overlay.querySelectorAll("fieldset.question")];
+    const draft = answerDraft(cid);
+    const group = groups.find((g) => g.contains(document.activeElement))
+      ?? groups.find((g) => !(draft[g.dataset.questionId]?.selected ?? []).length) ?? groups[0];
+    const option = group?.querySelectorAll("input[type=radio]")[Number(e.key) - 1];
+    if (!option) return false;
+    pick(cid, group.dataset.questionId, option.value);
+    // Then on to the next question still without an answer (or to Submit once all have one).
+    const chosen = answerDraft(cid);
+    const next = groups.find((g) => g !== group && !(chosen[g.dataset.questionId]?.selected ?? []).length);
+    render(() => (next ? next.querySelector("input[type=radio]") : document.querySelector("#overlay [type=submit]"))?.focus());
+    return true;
+  }
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+    const form = e.target.closest?.("form");
+    if (overlay && (overlay.contains(e.target) || !form)) overlay.requestSubmit();
+    else if (form) form.requestSubmit();
+    return true;
+  }
+  return false;
+}
+
+document.addEventListener("keydown", (e) => {
+  if (state.token && shortcut(e)) {
+    e.preventDefault();
+    return;
+  }
   if (e.key === "Escape" && state.sheet) {
     state.sheet.controller.close();
     e.preventDefault();
+  } else if (e.key === "Escape" && (state.confirm || state.renaming)) {
+    state.confirm = null;
+    state.renaming = null;
+    render();
   } else if (e.key === "Tab" && state.sheet) {
     const focusable = [...document.querySelectorAll("#task-sheet button, #task-sheet input")].filter((el) => !el.disabled);
     if (!focusable.length) return;
     const first = focusable[0], last = focusable[focusable.length - 1];
     if (e.shiftKey && document.activeElement === first) { last.focus(); e.preventDefault(); }
     else if (!e.shiftKey && document.activeElement === last) { first.focus(); e.preventDefault(); }
-  } else if (e.key === "Enter" && !e.shiftKey && e.target.dataset.action === "compose") {
+  } else if (e.key === "Enter" && !e.shiftKey && e.target.dataset?.action === "compose") {
     e.preventDefault();
-    sendMessage();
+    sendMessage(state.route.sessionId);
   }
 });
 
@@ -501,7 +888,6 @@ function signIn(token) {
   const value = String(token ?? "").trim();
   if (!value) return;
   state.token = value;
-  state.notice = null;
   localStorage.setItem(TOKEN_KEY, value);
   start();
 }
@@ -509,16 +895,16 @@ function signIn(token) {
 function signOut(notice = null) {
   eventsAbort?.abort();
   localStorage.removeItem(TOKEN_KEY);
+  localStorage.removeItem(SNAPSHOT_KEY);
   state.token = null;
-  state.notice = notice;
+  state.signInNotice = notice;
   render();
 }
 
 function start() {
   render();
-  loadTasks();
-  eventLoop();
   applyRoute(parseRoute(location.hash));
+  eventLoop();
 }
 
 function boot() {
@@ -529,8 +915,12 @@ function boot() {
   }
   state.token = localStorage.getItem(TOKEN_KEY);
   restoreSurfaces();
-  if (state.token) start();
-  else render();
+  restoreEchoes();
+  if (state.token) {
+    restoreSnapshot();
+    start();
+  } else render();
+  navigator.serviceWorker?.register("/sw.js").catch(() => {});
 }
 
 boot();

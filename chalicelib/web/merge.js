@@ -41,22 +41,52 @@ export function mergeTaskSummary(task, summary) {
 }
 
 /**
- * Apply a task-list snapshot (GET /tasks) to the tasks held. Presence follows the snapshot (a task it does
- * not list is gone); each summary keeps whichever revision is newer, so a late snapshot cannot undo an event.
- * Returns {tasks: Map, order: [ids]}.
+ * Apply a task-list snapshot (GET /tasks) to the tasks held. Presence follows the snapshot, except that a task
+ * this client learnt about after the snapshot was requested (`keep`: created here or announced by an event) stays,
+ * and a task known to be deleted (`gone`) never comes back. Each summary keeps whichever revision is newer, so a
+ * late snapshot cannot undo an event. Returns {tasks: Map, order: [ids]}.
  */
-export function mergeTaskSnapshot(tasks, snapshot) {
+export function mergeTaskSnapshot(tasks, snapshot, { keep = new Set(), gone = new Set() } = {}) {
   const next = new Map();
-  const order = [];
   for (const incoming of snapshot) {
+    if (gone.has(incoming.id)) continue;
     const held = tasks.get(incoming.id);
     const task = held
-      ? { ...held, ...incoming, status_summary: mergeSummary(held.status_summary, incoming.status_summary) }
+      ? { ...held, ...incoming, status_summary: mergeSummary(held.status_summary, incoming.status_summary),
+        last_activity_at: latest(held.last_activity_at, incoming.last_activity_at) }
       : { ...incoming };
     next.set(task.id, task);
-    order.push(task.id);
   }
-  return { tasks: next, order };
+  for (const id of keep) if (!next.has(id) && tasks.has(id) && !gone.has(id)) next.set(id, tasks.get(id));
+  return { tasks: next, order: [...next.keys()] };
+}
+
+const latest = (a, b) => (!a ? b ?? null : !b ? a : a > b ? a : b);
+
+/** When anything last happened in a task (the server's last_activity_at, bumped by later events). */
+export const activityOf = (task) => task?.last_activity_at ?? task?.created_at ?? "";
+
+/** The task with its activity moved forward to `at` (never backward). */
+export function bumpActivity(task, at) {
+  if (!task || !at || activityOf(task) >= at) return task;
+  return { ...task, last_activity_at: at };
+}
+
+/**
+ * The task list's order: tasks with a pending question first, then the most recently active; `filter` keeps
+ * the titles containing it (case-insensitive). `pending(task)` says whether a task shows the question icon.
+ */
+export function orderTasks(tasks, { filter = "", pending = () => false } = {}) {
+  const needle = filter.trim().toLocaleLowerCase();
+  const list = [...tasks.values()].filter((t) => !needle || String(t.title ?? "").toLocaleLowerCase().includes(needle));
+  const key = (t) => [pending(t) ? 0 : 1, activityOf(t), t.created_at ?? "", t.id];
+  return list.sort((a, b) => {
+    const [pa, aa, ca, ia] = key(a), [pb, ab, cb, ib] = key(b);
+    if (pa !== pb) return pa - pb;
+    if (aa !== ab) return aa < ab ? 1 : -1;
+    if (ca !== cb) return ca < cb ? 1 : -1;
+    return ia < ib ? -1 : ia > ib ? 1 : 0;
+  }).map((t) => t.id);
 }
 
 /** One session record merged by pending_action_revision (an omitted pending_action keeps the prior value). */
@@ -101,15 +131,49 @@ export function createEventDeduper(limit = 5000) {
 /**
  * Apply one feed event to the client caches. Pure: returns the new caches and what the app should refresh.
  * caches = {tasks: Map, order: [ids], sessions: Map taskId -> [session]}
- * effects: {refreshTasks, refreshSession: sessionId|null, refreshTaskSessions: taskId|null}
+ * effects: {refreshTasks, refreshSession: sessionId|null, refreshTaskSessions: taskId|null,
+ *           deletedTask: taskId|null, newlyPending: taskId|null}
+ * Every event of a known task moves its activity forward to the event's time.
  */
 export function applyEvent(caches, event) {
-  const effects = { refreshTasks: false, refreshSession: null, refreshTaskSessions: null };
+  const effects = { refreshTasks: false, refreshSession: null, refreshTaskSessions: null, deletedTask: null, newlyPending: null };
   let { tasks, order, sessions } = caches;
   const payload = event.payload ?? {};
+  const taskId = event.task_id ?? payload.task_id;
+  if (event.at && tasks.has(taskId) && event.type !== "task.deleted") {
+    const bumped = bumpActivity(tasks.get(taskId), event.at);
+    if (bumped !== tasks.get(taskId)) tasks = new Map(tasks).set(taskId, bumped);
+  }
   switch (event.type) {
+    case "task.created":
+    case "task.updated": {
+      const held = tasks.get(payload.id ?? taskId);
+      const incoming = { ...payload, last_activity_at: latest(payload.last_activity_at ?? payload.created_at, event.at) };
+      const next = held
+        ? { ...held, title: incoming.title ?? held.title, workflow_step: incoming.workflow_step ?? held.workflow_step,
+          status_summary: mergeSummary(held.status_summary, incoming.status_summary),
+          last_activity_at: latest(held.last_activity_at, incoming.last_activity_at) }
+        : incoming;
+      if (!next.id) break;
+      tasks = new Map(tasks).set(next.id, next);
+      if (!held) order = [...order, next.id];
+      break;
+    }
+    case "task.deleted": {
+      const id = payload.id ?? taskId;
+      effects.deletedTask = id;
+      if (tasks.has(id)) {
+        tasks = new Map(tasks);
+        tasks.delete(id);
+        order = order.filter((x) => x !== id);
+      }
+      if (sessions.has(id)) {
+        sessions = new Map(sessions);
+        sessions.delete(id);
+      }
+      break;
+    }
     case "task.status_summary.updated": {
-      const taskId = payload.task_id ?? event.task_id;
       const task = tasks.get(taskId);
       if (!task) {
         effects.refreshTasks = true; // a task this client has not listed yet
@@ -119,11 +183,12 @@ export function applyEvent(caches, event) {
       if (merged !== task) {
         tasks = new Map(tasks);
         tasks.set(taskId, merged);
+        const was = task.status_summary?.pending_action ?? null;
+        if (!was && merged.status_summary?.pending_action) effects.newlyPending = taskId;
       }
       break;
     }
     case "session.updated": {
-      const taskId = payload.task_id ?? event.task_id;
       if (!tasks.has(taskId)) effects.refreshTasks = true;
       const list = sessions.get(taskId);
       if (list) {

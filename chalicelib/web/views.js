@@ -1,8 +1,14 @@
 // Rendering: state in, a DOM tree out. No decisions live here; controls carry data-action attributes that
-// app.js handles by delegation, so the tree can be rebuilt and morphed in place freely.
+// app.js handles by delegation, so the tree can be rebuilt and morphed in place freely. Text fields carry
+// data-field (their identity) so a re-render never replaces what is being typed.
 
 import { Phase, admissionLabel, answersComplete, isBusy, unansweredQuestions } from "./admission.js";
+import { answerDraftHasContent } from "./drafts.js";
+import { echoStatusText, withEchoes } from "./echo.js";
+import { parseMarkdown } from "./markdown.js";
+import { orderTasks } from "./merge.js";
 import { showsQuestionIcon } from "./selection.js";
+import { clarificationStateWords, replyInsteadNote, sessionStateWords, sessionStatus } from "./status.js";
 import { activeBundle, entryStatusText, offersLateAnswer, pendingQuestions, responseText, sessionLabel } from "./transcript.js";
 
 // ------------------------------------------------------------------ tiny DOM helpers
@@ -17,10 +23,8 @@ export function h(spec, attrs = {}, ...children) {
   }
   for (const [name, value] of Object.entries(attrs ?? {})) {
     if (value === false || value == null) continue;
-    if (name === "value" && (tag === "textarea" || tag === "input")) {
-      el.value = value;
-      if (tag === "input") el.setAttribute("value", value);
-    } else if (name === "class") {
+    if (name === "value" && (tag === "textarea" || tag === "input")) el.value = value;
+    else if (name === "class") {
       for (const c of String(value).split(/\s+/).filter(Boolean)) el.classList.add(c);
     } else el.setAttribute(name, value === true ? "" : String(value));
   }
@@ -47,60 +51,127 @@ export const questionIcon = (label = "Question pending") =>
     <path fill="currentColor" d="M4 3h16a2 2 0 0 1 2 2v11a2 2 0 0 1-2 2h-7l-5 4v-4H4a2 2 0 0 1-2-2V5a2 2 0 0 1 2-2z"/>
     <text x="12" y="14.5" text-anchor="middle" font-size="11" font-weight="700" fill="#fff">?</text></svg>`);
 
+/**
+ * A stable place for something that comes and goes. morphdom matches children by position: a node appearing
+ * before a text field would otherwise make it re-create or move the field (losing the caret, or focus).
+ * The wrapper has `display: contents`, so layout is as if it were not there.
+ */
+const slot = (...content) => h("div.slot", {}, ...content);
+
+/** A text field bound to a draft: its value comes from the draft, its identity from the draft's generation. */
+function field(state, tag, key, attrs = {}) {
+  return h(tag, { ...attrs, value: state.drafts.get(key, attrs.value ?? ""), "data-draft": key, "data-field": state.drafts.field(key) });
+}
+
+const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+const dayFormat = new Intl.DateTimeFormat(undefined, { day: "numeric", month: "short" });
+
+/** A <time> for an ISO moment: the time of day, with the date when it is not today. */
+function when(iso, cls = "when") {
+  if (!iso) return null;
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return null;
+  const today = new Date().toDateString() === d.toDateString();
+  return h(`time.${cls}`, { datetime: iso, title: d.toLocaleString() }, today ? timeFormat.format(d) : `${dayFormat.format(d)}, ${timeFormat.format(d)}`);
+}
+
+// ------------------------------------------------------------------ markdown (plain nodes -> elements; never HTML)
+
+function md(nodes) {
+  return nodes.map((n) => {
+    switch (n.type) {
+      case "text": return n.text;
+      case "br": return h("br");
+      case "code": return h("code", {}, n.text);
+      case "pre": return h("pre", { "data-lang": n.lang || false, tabindex: "0" }, h("code", {}, n.text));
+      case "a": return h("a", { href: n.href, target: "_blank", rel: "noopener noreferrer nofollow" }, md(n.children));
+      case "strong": return h("strong", {}, md(n.children));
+      case "em": return h("em", {}, md(n.children));
+      case "heading": return h("p.md-h", {}, h("strong", {}, md(n.children)));
+      case "quote": return h("blockquote", {}, md(n.children));
+      case "ul": case "ol": return h(n.type, {}, n.items.map((li) => h("li", {}, md(li.children))));
+      default: return h("p", {}, md(n.children ?? []));
+    }
+  });
+}
+
 // ------------------------------------------------------------------ the app frame
 
 export function renderApp(state) {
   if (!state.token) return h("div.app.signin#app", {}, renderTokenForm(state));
   const phone = state.layout === "phone";
   return h(`div.app.${state.layout}#app`, {},
+    h("a.skip-link", { href: "#main", "data-action": "skip-link" }, "Skip to the conversation"),
     renderTopbar(state),
+    renderBanner(state),
     phone ? null : h("aside.sidebar#sidebar", { "aria-label": "Tasks" }, renderTaskPanel(state, "desktop")),
-    h("main.chat#main", { "aria-label": "Chat" }, renderMain(state)),
-    phone && state.sheet ? renderSheet(state) : null,
-  );
+    h("main.chat#main", { tabindex: "-1" }, renderMain(state)),
+    slot(phone && state.sheet ? renderSheet(state) : null),
+    h("div.toasts#toasts", { role: "status", "aria-live": "polite" },
+      state.notices.map((n) => h(`p.toast.${n.tone}`, { id: `notice-${n.id}` }, n.text))));
 }
 
 function renderTokenForm(state) {
-  return h("form.token-form", { "data-action": "save-token", "aria-labelledby": "token-title" },
+  return h("main.signin-main", {}, h("form.token-form", { "data-action": "save-token", "aria-labelledby": "token-title" },
     h("h1#token-title", {}, "Clarify"),
     h("p", {}, "Paste a user token to sign in (make run prints one)."),
     h("label", { for: "token-input" }, "User token"),
     h("input#token-input", { name: "token", type: "password", autocomplete: "off", required: true }),
     h("button.primary", { type: "submit" }, "Sign in"),
-    state.notice ? h("p.error", { role: "alert" }, state.notice) : null);
+    state.signInNotice ? h("p.error", { role: "alert" }, state.signInNotice) : null));
 }
 
 function renderTopbar(state) {
   const phone = state.layout === "phone";
-  const pendingCount = state.order.filter((id) => showsQuestionIcon(state.tasks.get(id))).length;
-  const task = state.route.taskId ? state.tasks.get(state.route.taskId) : null;
+  const pendingCount = [...state.tasks.values()].filter(showsQuestionIcon).length;
+  const notifyAsk = "Notification" in window && Notification.permission === "default";
   return h("header.topbar#topbar", {},
     phone
       ? h("button.tasks-button#open-sheet", { type: "button", "data-action": "open-sheet", "aria-haspopup": "dialog",
           "aria-expanded": state.sheet ? "true" : "false",
           "aria-label": pendingCount ? `Tasks, ${pendingCount} with a pending question` : "Tasks" },
         "Tasks", pendingCount ? h("span.badge", { "aria-hidden": "true" }, String(pendingCount)) : null)
-      : h("span.brand", {}, "Clarify"),
-    h("h1.title", {}, task ? task.title : phone ? "Clarify" : ""),
-    h("span.conn", { role: "status", "aria-live": "polite", class: state.online ? "ok" : "off" },
-      state.online ? "" : "Reconnecting…"),
+      : null,
+    h("span.brand", {}, "Clarify"),
+    h("span.conn", { class: state.online ? "ok" : "off" }, state.online ? "" : "Reconnecting…"),
+    notifyAsk ? h("button.link", { type: "button", "data-action": "ask-notifications" }, phone ? "Alerts" : "Notify me of questions") : null,
     h("button.link", { type: "button", "data-action": "sign-out" }, "Sign out"));
+}
+
+function renderBanner(state) {
+  if (!state.online) {
+    return h("div.banner.off#banner", { role: "alert" },
+      h("span", {}, "Clarify can't be reached. Retrying every second; what you type is kept."),
+      h("button", { type: "button", "data-action": "retry-now" }, "Retry now"));
+  }
+  if (state.snapshotAt) {
+    return h("div.banner.info#banner", { role: "status" }, "Showing what you saw ", when(state.snapshotAt), " — connecting…");
+  }
+  return h("div.banner-slot#banner", { hidden: true });
 }
 
 // ------------------------------------------------------------------ task list (sidebar and phone sheet)
 
 export function renderTaskPanel(state, where) {
-  const items = state.order.map((id) => state.tasks.get(id)).filter(Boolean);
+  const ids = orderTasks(state.tasks, { filter: state.filter, pending: showsQuestionIcon });
+  const empty = state.tasksError
+    ? h("div.list-error", { role: "alert" }, h("p", {}, `Tasks could not be loaded. ${state.tasksError}`),
+      h("button", { type: "button", "data-action": "retry-now" }, "Retry"))
+    : h("p.muted", {}, !state.tasksLoaded ? "Loading tasks…" : state.filter.trim() ? "No task matches." : "No tasks yet.");
   return h(`div.task-panel#task-panel-${where}`, {},
     h("h2", { id: `tasks-heading-${where}` }, "Tasks"),
-    items.length
-      ? h("ul.task-list", { "aria-labelledby": `tasks-heading-${where}` }, items.map((t) => renderTaskRow(state, t, where)))
-      : h("p.muted", {}, state.tasksLoaded ? "No tasks yet." : "Loading tasks…"),
+    h("div.search", {},
+      h("label.visually-hidden", { for: `task-search-${where}` }, "Search tasks"),
+      h("input", { id: `task-search-${where}`, type: "search", placeholder: "Search tasks", autocomplete: "off", value: state.filter,
+        "data-action": "filter", "data-field": "filter" })),
+    slot(ids.length
+      ? h("ul.task-list", { "aria-labelledby": `tasks-heading-${where}` }, ids.map((id) => renderTaskRow(state, state.tasks.get(id), where)))
+      : empty),
     h("form.new-task", { "data-action": "create-task" },
       h("label", { for: `new-task-${where}` }, "New task"),
       h("div.row", {},
-        h("input", { id: `new-task-${where}`, name: "title", placeholder: "Task title", autocomplete: "off" }),
-        h("button", { type: "submit" }, "Add"))));
+        field(state, "input", "new-task", { id: `new-task-${where}`, name: "title", placeholder: "Task title", autocomplete: "off", type: "text" }),
+        h("button", { type: "submit", disabled: state.creating }, state.creating ? "Adding…" : "Add"))));
 }
 
 function renderTaskRow(state, task, where) {
@@ -115,6 +186,7 @@ function renderTaskRow(state, task, where) {
       "data-pending": pending ? "true" : "false", "data-revision": String(task.status_summary?.revision ?? ""),
     },
     h("span.task-title", {}, task.title),
+    when(task.last_activity_at ?? task.created_at, "task-when"),
     pending ? questionIcon() : null));
 }
 
@@ -134,11 +206,37 @@ function renderMain(state) {
   const { taskId, sessionId } = state.route;
   if (!taskId) {
     return h("div.empty#empty", {},
-      h("p", {}, state.layout === "phone" ? "Open Tasks to choose a task." : "Choose a task from the list."),
+      h("h1.empty-title", {}, "Choose a task"),
+      h("p", {}, state.layout === "phone" ? "Open Tasks to choose or create one." : "Choose a task from the list, or create one."),
       state.layout === "phone" ? h("button.primary", { type: "button", "data-action": "open-sheet" }, "Show tasks") : null);
   }
-  if (!sessionId) return renderTaskRoute(state);
-  return renderSessionRoute(state);
+  return sessionId ? renderSessionRoute(state) : renderTaskRoute(state);
+}
+
+function renderTaskHead(state) {
+  return slot(renderTaskHeadContent(state));
+}
+
+function renderTaskHeadContent(state) {
+  const task = state.tasks.get(state.route.taskId);
+  const title = task ? task.title : "Task";
+  if (state.renaming === state.route.taskId && task) {
+    return h("form.task-head.renaming", { "data-action": "rename-task", "aria-label": "Rename the task" },
+      h("label.visually-hidden", { for: "rename-input" }, "Task title"),
+      field(state, "input", `rename:${task.id}`, { id: "rename-input", type: "text", value: task.title, autocomplete: "off" }),
+      h("button.primary", { type: "submit" }, "Save"),
+      h("button", { type: "button", "data-action": "cancel-rename" }, "Cancel"));
+  }
+  const confirming = state.confirm?.kind === "delete" && state.confirm.id === state.route.taskId;
+  return h("div.task-head", {},
+    h("h1.task-name#task-name", {}, title),
+    slot(task ? h("div.head-actions", {},
+      h("button.small", { type: "button", "data-action": "rename-task", "aria-label": `Rename “${title}”` }, "Rename"),
+      h("button.small.danger-text", { type: "button", "data-action": "delete-task", "aria-label": `Delete “${title}”` }, "Delete")) : null),
+    slot(confirming ? h("div.confirm", { role: "alertdialog", "aria-labelledby": "confirm-delete-text" },
+      h("p#confirm-delete-text", {}, `Delete “${title}”? Its running sessions are stopped. This cannot be undone.`),
+      h("button.danger", { type: "button", "data-action": "confirm-delete" }, "Delete task"),
+      h("button", { type: "button", "data-action": "cancel-confirm" }, "Cancel")) : null));
 }
 
 const TASK_NOTICES = {
@@ -149,86 +247,145 @@ const TASK_NOTICES = {
 };
 
 function renderTaskRoute(state) {
-  const task = state.tasks.get(state.route.taskId);
-  const sessions = state.sessions.get(state.route.taskId) ?? [];
+  const taskId = state.route.taskId;
+  const sessions = state.sessions.get(taskId) ?? [];
   const notice = state.taskNotice ? TASK_NOTICES[state.taskNotice] : null;
-  return h("section.task-route#task-route", { "aria-labelledby": "task-route-title" },
-    h("h2#task-route-title", {}, task ? task.title : "Task"),
-    notice ? h("p.notice", { role: "status" }, notice) : null,
-    sessions.length
+  return h("section.task-route#task-route", { "aria-labelledby": "task-name" },
+    renderTaskHead(state),
+    slot(notice ? h("p.notice", { role: "status" }, notice) : null),
+    slot(sessions.length
       ? h("ul.session-list", { "aria-label": "Sessions" }, sessions.map((s, i) =>
         h("li", { id: `session-item-${s.id}` },
-          h("button.session-row", { type: "button", "data-action": "open-session", "data-task-id": s.task_id ?? state.route.taskId,
+          h("button.session-row", { type: "button", "data-action": "open-session", "data-task-id": s.task_id ?? taskId,
             "data-session-id": s.id },
           h("span", {}, sessionLabel(s, sessions.length - i)),
-          h("span.state", {}, s.state),
+          h("span.state", {}, sessionStateWords(s.state)),
           s.pending_action ? questionIcon("Question pending in this session") : null))))
-      : null,
+      : null),
     h("form.new-session", { "data-action": "create-session" },
       h("label", { for: "new-session-prompt" }, "Start a session with a prompt"),
       h("div.row", {},
-        h("input#new-session-prompt", { name: "prompt", autocomplete: "off", placeholder: "What should the agent do?" }),
-        h("button", { type: "submit" }, "Start"))));
+        field(state, "input", `new-session:${taskId}`, { id: "new-session-prompt", name: "prompt", type: "text", autocomplete: "off",
+          placeholder: "What should the agent do?" }),
+        h("button.primary", { type: "submit" }, "Start"))));
 }
 
 function renderSessionRoute(state) {
   const { taskId, sessionId } = state.route;
   const sessions = state.sessions.get(taskId) ?? [];
-  const session = sessions.find((s) => s.id === sessionId) ?? state.session;
+  const session = sessions.find((s) => s.id === sessionId) ?? (state.session?.id === sessionId ? state.session : null);
   const transcript = state.transcript?.sessionId === sessionId ? state.transcript : null;
   const bundle = transcript ? activeBundle(transcript.messages) : null;
   const surface = bundle ? state.surfaces.get(bundle.clarification_id) : null;
   const showOverlay = bundle && (!surface || [Phase.EDITING, Phase.RESPONDING, Phase.RESPOND_FAILED, Phase.RESPOND_UNKNOWN].includes(surface.phase));
-  return h("section.session-route#session-route", { "aria-label": "Session", "data-session-id": sessionId },
-    h("div.session-head", {},
-      sessions.length > 1
-        ? h("nav.session-tabs", { "aria-label": "Sessions of this task" }, sessions.map((s, i) =>
-          h("button.session-tab", { type: "button", "data-action": "open-session", "data-task-id": taskId, "data-session-id": s.id,
-            "aria-current": s.id === sessionId ? "true" : false, id: `tab-${s.id}` },
-          sessionLabel(s, sessions.length - i), s.pending_action ? questionIcon("Question pending in this session") : null)))
-        : null,
-      session ? h("span.state", { "aria-label": `Session state ${session.state}` }, session.state) : null),
-    transcript
-      ? h("ol.transcript#transcript", { role: "log", "aria-label": "Transcript", "aria-live": "polite", "data-session": sessionId },
-        transcript.messages.map((m) => renderMessage(state, m)))
-      : h("p.muted", {}, state.transcriptError ?? "Loading the transcript…"),
-    showOverlay ? renderOverlay(state, bundle, surface) : renderComposer(state, session));
+  const messages = transcript ? withEchoes(transcript.messages, state.echoes.get(sessionId)) : [];
+  return h("section.session-route#session-route", { "aria-labelledby": "task-name", "data-session-id": sessionId },
+    renderTaskHead(state),
+    slot(sessions.length > 1
+      ? h("nav.session-tabs", { "aria-label": "Sessions of this task" }, sessions.map((s, i) =>
+        h("button.session-tab", { type: "button", "data-action": "open-session", "data-task-id": taskId, "data-session-id": s.id,
+          "aria-current": s.id === sessionId ? "true" : false, id: `tab-${s.id}` },
+        sessionLabel(s, sessions.length - i), s.pending_action ? questionIcon("Question pending in this session") : null)))
+      : null),
+    slot(renderStatusLine(state, session, showOverlay ? bundle : null)),
+    slot(transcript
+      ? h("ol.transcript#transcript", { "aria-label": "Conversation", "data-session": sessionId, tabindex: "0" },
+        messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)))
+      : state.transcriptError
+        ? h("div.load-error", { role: "alert" }, h("p", {}, `The conversation could not be loaded. ${state.transcriptError}`),
+          h("button", { type: "button", "data-action": "retry-transcript" }, "Retry"))
+        : h("p.muted.loading", {}, "Loading the conversation…")),
+    slot(showOverlay ? renderOverlay(state, bundle, surface) : null),
+    renderComposer(state, session, showOverlay ? bundle : null));
 }
 
-function renderMessage(state, m) {
-  if (m.type === "clarification") return renderClarificationEntry(state, m);
-  const who = m.author_type === "user" ? "You" : "Agent";
-  return h(`li.msg.${m.author_type === "user" ? "user" : "agent"}${m.type === "thinking" ? ".thinking" : ""}`, { id: `msg-${m.id}` },
-    h("span.who", {}, m.type === "thinking" ? "Agent (thinking)" : who),
-    h("div.body", {}, m.content ?? ""));
+function renderStatusLine(state, session, bundle) {
+  const status = sessionStatus(session, bundle);
+  if (!status) return null;
+  const confirming = state.confirm?.kind === "stop" && state.confirm.id === session.id;
+  return h(`div.status-line.${status.tone}#status-line`, {},
+    h("span.dot", { "aria-hidden": "true" }),
+    h("span.status-text", { role: "status" }, status.text),
+    slot(confirming
+      ? h("span.confirm", { role: "group", "aria-label": "Stop the agent?" },
+        h("span", {}, "Stop the agent? This ends the session."),
+        h("button.danger.small", { type: "button", "data-action": "confirm-stop" }, "Stop session"),
+        h("button.small", { type: "button", "data-action": "cancel-confirm" }, "Keep going"))
+      : status.canStop ? h("button.small.stop", { type: "button", "data-action": "stop", "aria-label": "Stop the agent" }, "Stop") : null));
 }
 
-function renderClarificationEntry(state, entry) {
-  const surface = state.surfaces.get(entry.clarification_id);
-  const lateOpen = state.lateOpen.has(entry.clarification_id) && offersLateAnswer(entry);
+function renderMessage(state, m, overlayCid) {
+  if (m.type === "clarification") return renderClarificationEntry(state, m, overlayCid);
+  if (m.type === "echo") return renderEcho(m);
+  const user = m.author_type === "user";
+  const thinking = m.type === "thinking";
+  return h(`li.msg.${user ? "user" : "agent"}${thinking ? ".thinking" : ""}`, { id: `msg-${m.id}` },
+    h("div.meta", {}, h("span.who", {}, thinking ? "Agent (thinking)" : user ? "You" : "Agent"), when(m.created_at)),
+    h("div.body", {}, thinking ? m.content ?? "" : md(parseMarkdown(m.content ?? ""))),
+    m.queued ? h("p.echo-status", {}, echoStatusText({ status: "queued" })) : null);
+}
+
+function renderEcho(echo) {
+  const failed = echo.status === "failed" || echo.status === "unknown";
+  return h(`li.msg.user.echo${failed ? ".failed" : ""}`, { id: echo.id, "data-echo-status": echo.status },
+    h("div.meta", {}, h("span.who", {}, "You"), when(echo.at)),
+    h("div.body", {}, md(parseMarkdown(echo.content))),
+    h("p.echo-status", { role: failed ? "alert" : false }, echoStatusText(echo), failed && echo.error ? `: ${echo.error}` : ""),
+    failed ? h("div.actions", {},
+      echo.retryable !== false ? h("button.small", { type: "button", "data-action": "retry-echo", "data-echo-id": echo.clientMessageId }, "Retry") : null,
+      h("button.small", { type: "button", "data-action": "edit-echo", "data-echo-id": echo.clientMessageId }, "Edit")) : null);
+}
+
+function renderClarificationEntry(state, entry, overlayCid) {
+  const cid = entry.clarification_id;
+  const surface = state.surfaces.get(cid);
+  const attrs = { id: `entry-${cid}`, "data-clarification-id": cid, "data-state": entry.state };
+  if (cid === overlayCid) {
+    // Each question is shown once: while the answer panel is open, its card here is a one-line pointer.
+    const n = pendingQuestions(entry).length;
+    return h("li.clar.active.collapsed", { ...attrs, "aria-label": "Question from the agent" },
+      questionIcon("Question"), h("span", {}, `The agent asked ${n > 1 ? `${n} questions` : "a question"} — answer below.`), when(entry.created_at));
+  }
+  const lateOpen = state.lateOpen.has(cid) && offersLateAnswer(entry);
   const lateActive = surface && [Phase.LATE_READY, Phase.LATE_SENDING, Phase.LATE_DONE, Phase.LATE_FAILED, Phase.LATE_UNKNOWN,
     Phase.DISMISSED].includes(surface.phase);
   const showSurface = surface && !(surface.phase === Phase.DISMISSED && entry.dismissed);
-  return h(`li.clar.${entry.answerable ? "active" : "inactive"}`, { id: `entry-${entry.clarification_id}`,
-    "data-clarification-id": entry.clarification_id, "data-state": entry.state, "aria-label": "Question from the agent" },
-  h("div.clar-head", {}, questionIcon("Question"), h("span.who", {}, "Agent asked"),
-    h("span.clar-state", {}, entry.state.replaceAll("_", " "))),
-  h("ul.clar-questions", {}, entry.questions.map((q) =>
-    h("li", {}, h("strong", {}, q.title || "Question"), " ", h("span", {}, q.prompt),
-      q.response ? h(`div.answer${q.response.rejected ? ".rejected" : ""}`, {}, "Answer: ", responseText(q)) : null))),
-  h("p.clar-status", {}, entryStatusText(entry)),
-  showSurface ? renderSurfaceStatus(surface) : null,
-  lateOpen ? renderLateForm(state, entry, surface) : null,
-  offersLateAnswer(entry) && !lateOpen && !lateActive
-    ? h("div.actions", {},
-      h("button.primary", { type: "button", "data-action": "open-late", "data-clarification-id": entry.clarification_id },
-        "Answer as new message"),
-      h("button", { type: "button", "data-action": "dismiss", "data-clarification-id": entry.clarification_id,
-        "aria-label": "Dismiss this question (sends nothing)" }, "Dismiss"))
-    : null);
+  const draft = state.drafts.get(`answer:${cid}`, {});
+  const mine = surface && [Phase.ANSWERED, Phase.SKIPPED].includes(surface.phase);
+  const lostDraft = !entry.answerable && !lateOpen && !mine && answerDraftHasContent(draft) && ["answered", "rejected"].includes(entry.state);
+  return h(`li.clar.${entry.answerable ? "active" : "inactive"}`, { ...attrs, "aria-label": "Question from the agent" },
+    h("div.clar-head", {}, questionIcon("Question"), h("span.who", {}, "Agent asked"), when(entry.created_at),
+      h("span.clar-state", {}, clarificationStateWords(entry))),
+    h("ul.clar-questions", {}, entry.questions.map((q) =>
+      h("li", {}, q.title ? h("strong", {}, q.title, " ") : null, h("span", {}, q.prompt),
+        q.response ? h(`div.answer${q.response.rejected ? ".rejected" : ""}`, {}, "Answer: ", responseText(q)) : null))),
+    h("p.clar-status", {}, entryStatusText(entry)),
+    slot(lostDraft ? renderLostDraft(entry, draft) : null),
+    slot(showSurface && !(lostDraft && surface.phase === Phase.LOST) ? renderSurfaceStatus(surface, entry) : null),
+    slot(lateOpen ? renderLateForm(state, entry, surface) : null),
+    offersLateAnswer(entry) && !lateOpen && !lateActive
+      ? h("div.actions", {},
+        h("button.primary", { type: "button", "data-action": "open-late", "data-clarification-id": cid }, "Answer as new message"),
+        h("button", { type: "button", "data-action": "dismiss", "data-clarification-id": cid,
+          "aria-label": "Dismiss this question (sends nothing)" }, "Dismiss"))
+      : null);
 }
 
-function renderSurfaceStatus(surface) {
+/** Someone else answered first: their answer is above; what this person had prepared stays readable. */
+function renderLostDraft(entry, draft) {
+  const lines = entry.questions.map((q) => {
+    const d = draft[q.question_id] ?? {};
+    const labels = (d.selected ?? []).map((id) => q.options.find((o) => o.option_id === id)?.label ?? id);
+    if (String(d.custom ?? "").trim()) labels.push(`“${d.custom.trim()}”`);
+    return labels.length ? h("li", {}, `${q.title || q.prompt}: ${labels.join(", ")}`) : null;
+  });
+  return h("div.lost-draft", { role: "status" },
+    h("p", {}, `This question was ${entry.state === "rejected" ? "skipped" : "answered"} elsewhere before you sent yours. Your draft (not sent):`),
+    h("ul.readonly-draft", { "aria-readonly": "true" }, lines),
+    h("button.small", { type: "button", "data-action": "discard-draft", "data-clarification-id": entry.clarification_id }, "Discard draft"));
+}
+
+function renderSurfaceStatus(surface, entry) {
   const p = surface.phase;
   if (p === Phase.LATE_SENDING) return h("p.surface.pending", { role: "status" }, "Sending your answer as a new message…");
   if (p === Phase.LATE_READY) return h("p.surface.pending", { role: "status" }, "Your answer will be sent as a new message.");
@@ -251,7 +408,10 @@ function renderSurfaceStatus(surface) {
     return h("p.surface.info", { role: "status" }, `This question was already ${winner} elsewhere; your answer was not sent.`);
   }
   if (p === Phase.CLOSED) return h("p.surface.info", { role: "status" }, "The question was no longer active; nothing was sent.");
-  if (p === Phase.SKIPPED) return h("p.surface.info", { role: "status" }, "You skipped this question.");
+  if (p === Phase.SKIPPED) {
+    const n = entry.questions.length;
+    return h("p.surface.info", { role: "status" }, n > 1 ? `You skipped these ${n} questions.` : "You skipped this question.");
+  }
   if (p === Phase.ANSWERED) return h("p.surface.ok", { role: "status" }, "Answer delivered to the agent.");
   if (p === Phase.DISMISSED) return h("p.surface.info", { role: "status" }, "Dismissed; nothing was sent.");
   return null;
@@ -260,71 +420,83 @@ function renderSurfaceStatus(surface) {
 const sentence = (text) => (!text ? "" : /[.!?]$/.test(text) ? text : `${text}.`);
 
 function renderQuestionFields(state, clarificationId, questions, prefix) {
-  const draft = state.drafts.get(clarificationId) ?? {};
+  const draft = state.drafts.get(`answer:${clarificationId}`, {});
   return questions.map((q, qi) => {
     const d = draft[q.question_id] ?? {};
     const name = `${prefix}-${clarificationId}-${q.question_id}`;
-    return h("fieldset.question", {},
+    return h("fieldset.question", { "data-question-id": q.question_id },
       h("legend", {}, h("span.q-count", {}, questions.length > 1 ? `${qi + 1}/${questions.length} ` : ""),
         q.title ? h("strong", {}, q.title, ": ") : null, q.prompt),
-      h("div.options", {}, q.options.map((o) =>
+      h("div.options", {}, q.options.map((o, oi) =>
         h("label.option", {},
           h("input", { type: "radio", name, value: o.option_id, checked: (d.selected ?? []).includes(o.option_id),
             "data-action": "choose", "data-clarification-id": clarificationId, "data-question-id": q.question_id }),
-          h("span", {}, o.label, o.description ? h("small", {}, ` ${o.description}`) : null)))),
+          h("span", {}, o.label, o.description ? h("small", {}, ` ${o.description}`) : null),
+          oi < 9 ? h("kbd.key", { "aria-hidden": "true" }, String(oi + 1)) : null))),
       h("div.custom-row", {},
         h("label", { for: `${name}-custom` }, "Other answer"),
         h("input", { id: `${name}-custom`, type: "text", value: d.custom ?? "", autocomplete: "off", placeholder: "Write your own",
-          "data-action": "custom", "data-clarification-id": clarificationId, "data-question-id": q.question_id })));
+          "data-action": "custom", "data-field": `custom:${clarificationId}:${q.question_id}`,
+          "data-clarification-id": clarificationId, "data-question-id": q.question_id })));
   });
 }
 
 function renderOverlay(state, bundle, surface) {
+  const cid = bundle.clarification_id;
   const questions = pendingQuestions(bundle);
-  const draft = state.drafts.get(bundle.clarification_id);
+  const draft = state.drafts.get(`answer:${cid}`, {});
   const busy = surface ? isBusy(surface) : false;
   const complete = answersComplete(questions, draft);
   const retry = surface && (surface.phase === Phase.RESPOND_FAILED || surface.phase === Phase.RESPOND_UNKNOWN) && surface.retryable;
-  return h("form.overlay#overlay", { "data-action": "submit-answers", "data-clarification-id": bundle.clarification_id,
+  const skipping = state.skipping?.cid === cid;
+  const n = questions.length;
+  return h("form.overlay#overlay", { "data-action": "submit-answers", "data-clarification-id": cid,
     "aria-labelledby": "overlay-title", "aria-busy": busy ? "true" : false },
-  h("h2#overlay-title", {}, questions.length > 1 ? `The agent asks ${questions.length} questions` : "The agent asks"),
+  h("h2#overlay-title", {}, n > 1 ? `The agent asks ${n} questions` : "The agent asks"),
   h("p.overlay-note", {}, bundle.agent_disconnected
     ? "The agent stopped waiting. Answering resumes it with your answer."
-    : "The agent is waiting for your answer."),
-  renderQuestionFields(state, bundle.clarification_id, questions, "ov"),
-  surface?.error ? h("p.error", { role: "alert" }, surface.error) : null,
-  h("div.actions", {},
-    h("button.primary", { type: "submit", disabled: !complete || busy }, busy && !surface.rejected ? "Sending…" : retry && !surface.rejected ? "Retry" : "Submit answers"),
-    h("button", { type: "button", "data-action": "skip", "data-clarification-id": bundle.clarification_id, disabled: busy,
-      "aria-label": "Skip: decline to answer these questions" }, "Skip")));
+    : "The agent is waiting for your answer.", " ", replyInsteadNote(bundle)),
+  renderQuestionFields(state, cid, questions, "ov"),
+  slot(surface?.error ? h("p.error", { role: "alert" }, surface.error) : null),
+  skipping
+    ? h("div.actions.skip-bar", { role: "alert" },
+      h("p", {}, `Skipping declines ${n > 1 ? `all ${n} questions` : "this question"}`,
+        answerDraftHasContent(draft) ? " and drops what you picked" : "", ". It is sent in 5 seconds."),
+      h("button.primary", { type: "button", "data-action": "undo-skip", "data-clarification-id": cid }, "Undo"),
+      h("button", { type: "button", "data-action": "skip-now", "data-clarification-id": cid }, "Skip now"))
+    : h("div.actions", {},
+      h("button.primary", { type: "submit", disabled: !complete || busy, "aria-keyshortcuts": "Control+Enter" },
+        busy && !surface.rejected ? "Sending…" : retry && !surface.rejected ? "Retry" : "Submit answers"),
+      h("button", { type: "button", "data-action": "skip", "data-clarification-id": cid, disabled: busy,
+        "aria-label": n > 1 ? `Skip: decline all ${n} questions` : "Skip: decline this question" }, "Skip"),
+      h("span.hint", { "aria-hidden": "true" }, "Keys 1–9 pick, Ctrl+Enter submits")));
 }
 
 function renderLateForm(state, entry, surface) {
+  const cid = entry.clarification_id;
   const questions = unansweredQuestions(entry);
-  const draft = state.drafts.get(entry.clarification_id);
+  const draft = state.drafts.get(`answer:${cid}`, {});
   const complete = answersComplete(questions, draft);
   const busy = surface ? isBusy(surface) : false;
-  return h("form.late-form", { "data-action": "send-late", "data-clarification-id": entry.clarification_id,
-    "aria-label": "Answer as a new message" },
-  h("p.overlay-note", {}, "The agent is not waiting for this question. Your answer goes to the session as a new message."),
-  renderQuestionFields(state, entry.clarification_id, questions, "late"),
-  h("label", { for: `late-note-${entry.clarification_id}` }, "Note (optional)"),
-  h("input", { id: `late-note-${entry.clarification_id}`, type: "text", autocomplete: "off",
-    value: state.lateNotes.get(entry.clarification_id) ?? "", "data-action": "late-note", "data-clarification-id": entry.clarification_id }),
-  h("div.actions", {},
-    h("button.primary", { type: "submit", disabled: !complete || busy }, "Send as new message"),
-    h("button", { type: "button", "data-action": "close-late", "data-clarification-id": entry.clarification_id }, "Cancel")));
+  return h("form.late-form", { "data-action": "send-late", "data-clarification-id": cid, "aria-label": "Answer as a new message" },
+    h("p.overlay-note", {}, "The agent is not waiting for this question. Your answer goes to the session as a new message."),
+    renderQuestionFields(state, cid, questions, "late"),
+    h("label", { for: `late-note-${cid}` }, "Note (optional)"),
+    field(state, "input", `late-note:${cid}`, { id: `late-note-${cid}`, type: "text", autocomplete: "off" }),
+    h("div.actions", {},
+      h("button.primary", { type: "submit", disabled: !complete || busy }, "Send as new message"),
+      h("button", { type: "button", "data-action": "close-late", "data-clarification-id": cid }, "Cancel")));
 }
 
-function renderComposer(state, session) {
-  const c = state.composer;
+function renderComposer(state, session, bundle) {
   const disabled = !session || session.input_capable === false;
+  const key = `composer:${state.route.sessionId}`;
+  const text = String(state.drafts.get(key));
+  const placeholder = disabled ? "This session cannot take messages" : bundle ? "Or send a message instead" : "Message the agent";
   return h("form.composer#composer", { "data-action": "send-message", "aria-label": "Send a message" },
     h("label.visually-hidden", { for: "composer-input" }, "Message"),
     h("div.row", {},
-      h("textarea#composer-input", { name: "content", rows: "2", value: c.text, placeholder: disabled ? "This session cannot take input" : "Message the agent",
-        disabled, "data-action": "compose" }),
-      h("button.primary", { type: "submit", disabled: disabled || !c.text.trim() || c.phase === Phase.LATE_SENDING }, "Send")),
-    c.status ? h("p.surface", { role: "status", class: c.error ? "error" : "ok" }, c.status,
-      c.retryable ? h("button.link", { type: "button", "data-action": "retry-message" }, " Retry") : null) : null);
+      field(state, "textarea", key, { id: "composer-input", name: "content", rows: "2", placeholder, disabled, "data-action": "compose",
+        "aria-keyshortcuts": "Enter" }),
+      h("button.primary", { type: "submit", disabled: disabled || !text.trim() }, "Send")));
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import threading
 from typing import Any
 
@@ -98,6 +99,23 @@ class ApiThread:
         self.server = make_server(app, host, port)
         self.url = f"http://{host}:{self.server.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._open: set[socket.socket] = set()
+        self._track_connections()
+
+    def _track_connections(self) -> None:
+        """Keep-alive connections outlive the listening socket; stop() closes them so the API is really gone."""
+        httpd = self.server.server
+        accept, finish = httpd.process_request, httpd.shutdown_request
+
+        def process_request(request: Any, client_address: Any) -> None:
+            self._open.add(request)
+            accept(request, client_address)
+
+        def shutdown_request(request: Any) -> None:
+            self._open.discard(request)
+            finish(request)
+        httpd.process_request = process_request
+        httpd.shutdown_request = shutdown_request
 
     def start(self) -> ApiThread:
         self.thread.start()
@@ -106,6 +124,11 @@ class ApiThread:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server.server_close()
+        for conn in list(self._open):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by its handler
 
 
 def main() -> None:

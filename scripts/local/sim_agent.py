@@ -528,6 +528,8 @@ class SimAgent:
         self._cond = threading.Condition()
         self._runs: dict[str, list[ScriptRun]] = {}
         self._launching = 0  # prompts accepted whose script starts once the acceptance is on the wire
+        # A prompt whose generation a cancel already covered is refused (the cancel overtook it and wins).
+        self._cancelled: dict[str, int] = {}
         self._last_prompt: dict[str, Prompt] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -587,6 +589,9 @@ class SimAgent:
     def _on_prompt(self, body: JsonBody) -> Reply:
         prompt = Prompt.from_body(body)
         directives = parse_directives(prompt.text)
+        with self._cond:
+            fenced = isinstance(prompt.prompt_generation, int) and \
+                prompt.prompt_generation <= self._cancelled.get(prompt.session_id, -1)
         self.log.add(
             "prompt",
             session_id=prompt.session_id,
@@ -594,9 +599,9 @@ class SimAgent:
             prompt_generation=prompt.prompt_generation,
             turn_id=prompt.turn_id,
             text=prompt.text,
-            accepted=not directives.reject,
+            accepted=not (directives.reject or fenced),
         )
-        if directives.reject:
+        if directives.reject or fenced:
             return Reply(409, {"accepted": False})
         with self._cond:
             self._last_prompt[prompt.session_id] = prompt
@@ -622,6 +627,10 @@ class SimAgent:
         session_id = body.get("session_id")
         if not isinstance(session_id, str):
             raise ValueError("session_id")
+        generation = body.get("prompt_generation")
+        if isinstance(generation, int):
+            with self._cond:
+                self._cancelled[session_id] = max(self._cancelled.get(session_id, -1), generation)
         self.log.add(
             "cancel",
             session_id=session_id,

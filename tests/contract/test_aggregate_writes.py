@@ -323,7 +323,7 @@ def test_write__both_stores__same_outcome(store: Any, case: Case) -> None:
 
 def test_every_aggregate_write__has_a_contract_case() -> None:
     methods = {name for name in vars(ConditionalWrites) if not name.startswith("_")} - {
-        "set_task_summary", "set_workflow_step", "reschedule",  # in test_rule_and_records.py
+        "set_task_summary", "set_workflow_step", "reschedule", "rename_task",  # task writes: their own tests
         "quarantine", "release"}  # below: they return nothing (the item may not decode)
     covered = {case.name.split("/")[0] for case in CASES}
     assert methods <= covered, sorted(methods - covered)
@@ -368,6 +368,12 @@ def test_task_writes__both_stores(store: Any) -> None:
     assert store.get_task(t.id) == replace(cleared, workflow_step="review")
     with pytest.raises(ConditionFailed):
         store.set_workflow_step("no-such-task", "review")
+    assert store.rename_task(t.id, "Renamed").title == "Renamed"
+    assert store.delete_task(t.id) is True and store.get_task(t.id) is None
+    assert store.delete_task(t.id) is False
+    with pytest.raises(ConditionFailed):  # an update never recreates a deleted task
+        store.rename_task(t.id, "Back")
+    assert store.get_task(t.id) is None
 
 
 def test_quarantine__even_an_item_that_does_not_decode__set_apart_then_released(store: Any) -> None:

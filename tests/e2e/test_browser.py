@@ -1,267 +1,24 @@
-"""The web client in a real browser (Debian's chromium driven by Playwright) against the real local stack
-with the simulated agent, in a 1280x800 desktop and a 390x844 phone viewport (issue 7).
+"""The web client's clarification flows in a real browser (Debian's chromium driven by Playwright) against the
+real local stack with the simulated agent, at desktop and phone sizes (fixtures: tests/support/browser.py).
 
 The stream pump runs in a background thread so the client's /events long-poll converges; a test that needs
-the client to miss a change pauses it. Screenshots of each step go to artifacts/screenshots/.
+the client to miss a change pauses it.
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import threading
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scripts.local.sim_agent import SimAgent
-from scripts.local.stack import LocalStack
-from tests.support.flow import ApiClient
+from tests.support.browser import Flow, PumpThread, Ui, eventually, session_route
 
 try:
-    from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+    from playwright.sync_api import expect
 except ImportError:  # reported by the browser fixture
-    sync_playwright = None
-
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
-UI_TIMEOUT = 15_000  # ms
+    pass
 
 pytestmark = pytest.mark.timeout(120)
-
-
-# ------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    missing = sync_playwright is None or not Path(CHROMIUM).exists()
-    if missing:
-        why = "playwright (pip) and Debian's chromium are needed for the browser tests"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-class PumpThread:
-    """Runs the stream functions continuously, like Lambda's event source mapping; pausable."""
-
-    def __init__(self, stack: LocalStack) -> None:
-        assert stack.pump is not None
-        self.pump = stack.pump
-        self._lock = threading.Lock()
-        self._paused = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="browser-test-pump")
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                handled = 0 if self._paused else self.pump.poll_once()
-            if handled == 0:
-                self._stop.wait(0.05)
-
-    def start(self) -> PumpThread:
-        self._thread.start()
-        return self
-
-    def pause(self) -> None:
-        with self._lock:  # waits out a pass in progress
-            self._paused = True
-
-    def resume(self) -> None:
-        with self._lock:
-            self._paused = False
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
-@pytest.fixture
-def pump(stack: LocalStack) -> Iterator[PumpThread]:
-    thread = PumpThread(stack).start()
-    yield thread
-    thread.stop()
-
-
-@pytest.fixture(params=list(VIEWPORTS))
-def ui(request: pytest.FixtureRequest, browser: Browser, stack: LocalStack, pump: PumpThread) -> Iterator[Ui]:
-    viewport = request.param
-    context = browser.new_context(viewport=VIEWPORTS[viewport], device_scale_factor=1)
-    page = context.new_page()
-    page.set_default_timeout(UI_TIMEOUT)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    name = re.sub(r"\W+", "_", request.node.originalname.removeprefix("test_"))
-    app = Ui(page, stack, viewport, f"{name}-{viewport}")
-    app.goto()
-    yield app
-    app.shot("end")  # the last state, also when the test failed
-    context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
-
-
-# ------------------------------------------------------------------ the client, from a user's point of view
-class Ui:
-    def __init__(self, page: Page, stack: LocalStack, viewport: str, name: str) -> None:
-        self.page, self.stack, self.viewport, self.name = page, stack, viewport, name
-        self.step = 0
-        SHOTS.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def phone(self) -> bool:
-        return self.viewport == "phone"
-
-    def goto(self, route: str = "#/") -> None:
-        token = self.stack.user_token()
-        self.page.goto(f"{self.stack.url}/#token={token}")
-        expect(self.page.locator(".task-panel, #open-sheet").first).to_be_visible()
-        if route != "#/":
-            self.page.evaluate("route => { location.hash = route; }", route)
-            self.wait_route(route)
-
-    def reload(self) -> None:
-        self.page.reload()
-        expect(self.page.locator("#topbar")).to_be_visible()
-
-    def shot(self, label: str) -> Path:
-        self.step += 1
-        path = SHOTS / f"{self.name}-{self.step:02d}-{label}.png"
-        self.page.screenshot(path=str(path))
-        return path
-
-    def route(self) -> str:
-        return str(self.page.evaluate("location.hash"))
-
-    def wait_route(self, route: str) -> None:
-        self.page.wait_for_function("route => location.hash === route", arg=route)
-
-    # task list: the sidebar on the desktop, the bottom sheet on the phone
-    def task_list(self) -> Locator:
-        if self.phone:
-            if not self.page.locator("#task-sheet").is_visible():
-                self.page.get_by_role("button", name=re.compile("^Tasks")).click()
-            return self.page.locator("#task-sheet")
-        return self.page.locator("#sidebar")
-
-    def close_task_list(self) -> None:
-        if self.phone and self.page.locator("#task-sheet").is_visible():
-            self.page.locator("#task-sheet").get_by_role("button", name="Close").click()
-            expect(self.page.locator("#task-sheet")).to_have_count(0)
-
-    def task_row(self, task_id: str) -> Locator:
-        return self.task_list().locator(f'.task-row[data-task-id="{task_id}"]')
-
-    def expect_icon(self, task_id: str, shown: bool) -> None:
-        icon = self.task_row(task_id).locator(".q-icon")
-        expect(icon).to_have_count(1 if shown else 0)
-
-    def activate(self, task_id: str, flow: Flow) -> None:
-        """Taps the task row once the list shows the server's current summary revision.
-
-        A tap while a newer revision is still on its way is (correctly) answered with the task-only route.
-        """
-        revision = flow.settled_summary(task_id)["revision"]
-        expect(self.task_row(task_id)).to_have_attribute("data-revision", str(revision))
-        self.task_row(task_id).click()
-
-    def overlay(self) -> Locator:
-        return self.page.locator("#overlay")
-
-    def entry(self, clarification_id: str) -> Locator:
-        return self.page.locator(f'li.clar[data-clarification-id="{clarification_id}"]')
-
-
-def session_route(task_id: str, session_id: str) -> str:
-    return f"#/tasks/{task_id}/sessions/{session_id}"
-
-
-# ------------------------------------------------------------------ the server side
-class Flow:
-    def __init__(self, user: ApiClient, sim: SimAgent) -> None:
-        self.user, self.sim = user, sim
-        self.n = 0
-
-    def task(self, title: str) -> str:
-        resp = self.user.post("/tasks", {"title": title})
-        assert resp.status_code == 201, resp.text
-        return str(resp.json()["id"])
-
-    def session(self, task_id: str, prompt: str) -> str:
-        resp = self.user.post(f"/tasks/{task_id}/sessions", {"prompt": prompt})
-        assert resp.status_code == 201, resp.text
-        return str(resp.json()["id"])
-
-    def send(self, session_id: str, content: str) -> dict[str, Any]:
-        self.n += 1
-        resp = self.user.post(f"/sessions/{session_id}/messages", {"client_message_id": f"setup-{self.n}",
-                                                                  "content": content})
-        assert resp.status_code in (200, 201), resp.text
-        return dict(resp.json())
-
-    def state(self, session_id: str) -> str:
-        return str(self.user.get(f"/sessions/{session_id}").json()["state"])
-
-    def messages(self, session_id: str) -> list[dict[str, Any]]:
-        resp = self.user.get(f"/sessions/{session_id}/transcript")
-        assert resp.status_code == 200, resp.text
-        return list(resp.json()["messages"])
-
-    def bundles(self, session_id: str) -> list[dict[str, Any]]:
-        return [m for m in self.messages(session_id) if m["type"] == "clarification"]
-
-    def summary(self, task_id: str) -> dict[str, Any]:
-        tasks = {t["id"]: t for t in self.user.get("/tasks").json()["tasks"]}
-        return dict(tasks[task_id]["status_summary"])
-
-    def settled_summary(self, task_id: str) -> dict[str, Any]:
-        """The task summary once two reads a moment apart agree (stream processing has caught up)."""
-        def stable() -> dict[str, Any] | None:
-            first = self.summary(task_id)
-            time.sleep(0.3)
-            return first if self.summary(task_id) == first else None
-        return dict(eventually(stable, f"a settled summary for {task_id}"))
-
-    def asked(self, session_id: str, count: int = 1) -> list[str]:
-        """Clarification ids the agent asked in this session, once it has asked `count` of them."""
-        def ready() -> list[str] | None:
-            ids = [b["clarification_id"] for b in self.bundles(session_id)]
-            return ids if len(ids) >= count else None
-        return eventually(ready, f"{count} question(s) asked in {session_id}")
-
-    def turn_closed(self, session_id: str) -> bool:
-        turns = self.user.get(f"/sessions/{session_id}/turns").json()["turns"]
-        return bool(turns) and turns[-1]["completed_at"] is not None
-
-    def detached_and_idle(self, session_id: str) -> None:
-        """Waits until the agent gave up waiting ([wait:S]) and finished its turn (the question stays active)."""
-        eventually(lambda: all(b["agent_disconnected"] for b in self.bundles(session_id))
-                   and self.turn_closed(session_id) or None, f"session {session_id} detached and idle")
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def flow(user: ApiClient, sim: SimAgent) -> Flow:
-    return Flow(user, sim)
 
 
 # ------------------------------------------------------------------ tests
@@ -298,7 +55,7 @@ def test_skip__rejects_the_visible_bundle(ui: Ui, flow: Flow) -> None:
     expect(overlay.get_by_role("button", name="Submit answers")).to_be_disabled()
     ui.shot("overlay")
 
-    overlay.get_by_role("button", name=re.compile("^Skip")).click()
+    ui.skip()
     expect(ui.overlay()).to_have_count(0)
     expect(ui.entry(cid)).to_have_attribute("data-state", "rejected")
     expect(ui.page.get_by_text("User skipped the question")).to_be_visible()  # the live waiter got the rejection
@@ -397,15 +154,16 @@ def test_stale_question__skip_newer_then_reload__icon_never_returns(ui: Ui, flow
     expect(ui.overlay()).to_have_attribute("data-clarification-id", new_cid)  # only the active bundle
     expect(ui.entry(old_cid)).to_have_attribute("data-state", "superseded")
     ui.shot("newer-overlay")
-    ui.overlay().get_by_role("button", name=re.compile("^Skip")).click()
+    ui.skip()
     expect(ui.overlay()).to_have_count(0)
     ui.expect_icon(task, False)
     ui.close_task_list()
 
+    polls = ui.long_polls()
     ui.reload()
     ui.expect_icon(task, False)
-    ui.page.wait_for_timeout(1500)  # give the event feed's catch-up every chance to resurrect it
-    ui.expect_icon(task, False)
+    ui.until(lambda: polls, "the feed caught up (its long-poll waits for news)")
+    ui.expect_icon(task, False)  # and nothing resurrected the icon
     ui.shot("after-reload-list")
     ui.close_task_list()
     expect(ui.overlay()).to_have_count(0)

@@ -54,13 +54,13 @@ NOT_AN_OBJECT: list[Case] = [
 ]
 
 
-def post(stack: LocalStack, path: str, token: str, body: Any) -> requests.Response:
+def post(stack: LocalStack, path: str, token: str, body: Any, method: str = "POST") -> requests.Response:
     headers = {"Authorization": f"Bearer {token}"}
     if isinstance(body, Raw):
         if body.content_type:
             headers["Content-Type"] = body.content_type
-        return requests.post(stack.url + path, data=body.data, headers=headers, timeout=30)
-    return requests.post(stack.url + path, json=body, headers=headers, timeout=30)
+        return requests.request(method, stack.url + path, data=body.data, headers=headers, timeout=30)
+    return requests.request(method, stack.url + path, json=body, headers=headers, timeout=30)
 
 
 def problem(resp: requests.Response, field: str) -> str | None:
@@ -75,10 +75,11 @@ def problem(resp: requests.Response, field: str) -> str | None:
     return None
 
 
-def check(stack: LocalStack, path: str, token: str, cases: list[Case]) -> list[tuple[str, str, str]]:
+def check(stack: LocalStack, path: str, token: str, cases: list[Case],
+          method: str = "POST") -> list[tuple[str, str, str]]:
     wrong = []
     for what, body, field in cases:
-        found = problem(post(stack, path, token, body), field)
+        found = problem(post(stack, path, token, body, method), field)
         if found:
             wrong.append((what, f"expected 400 field={field!r}", found))
     return wrong
@@ -102,15 +103,15 @@ def idle_session(stack: LocalStack, user: ApiClient) -> IdleSession:
 def test_every_body_route__body_not_a_json_object__400_body_and_nothing_written(
         stack: LocalStack, user: ApiClient, sim: SimAgent) -> None:
     world = build_world(stack, user, sim)
-    routes = [(m, p) for m, p in all_routes() if m == "POST" and p not in BODYLESS]
+    routes = [(m, p) for m, p in all_routes() if m in ("POST", "PATCH") and p not in BODYLESS]
     assert routes
     before = snapshot()
     wrong = []
     for route in routes:
         path, token = fill(route[1], world.a), owner_token(stack, world, route)
-        wrong += [(route[1], *w) for w in check(stack, path, token, NOT_AN_OBJECT)]
+        wrong += [(route[1], *w) for w in check(stack, path, token, NOT_AN_OBJECT, route[0])]
         # A body that is not JSON at all is refused in the API's error envelope like any other error.
-        resp = post(stack, path, token, Raw(b"title=x&content=y", "text/plain"))
+        resp = post(stack, path, token, Raw(b"title=x&content=y", "text/plain"), route[0])
         if resp.status_code not in (400, 415) or not _is_envelope(resp):
             wrong.append((route[1], "not JSON, text/plain", "expected 400/415 in the error envelope",
                           f"{resp.status_code} {resp.text[:120]}"))

@@ -27,6 +27,7 @@ class PromptCall:
     outcome: str
     dispatch_seen: Dispatch | None  # the stored dispatch state of the session's prompt when agentctl was called
     turn_seen: str | None = None  # the stored current turn when agentctl was called
+    state_seen: Any = None  # the stored session state when agentctl was called
 
     @property
     def may_have_reached_agent(self) -> bool:
@@ -52,6 +53,9 @@ class FakeAgentctl:
     cancel_fails: bool = False
     steering: bool = False
     on_cancel: Callable[[CancelRequest], None] | None = None
+    # Like a real runtime, a prompt whose generation a cancel already covered is refused: a cancel that
+    # overtook its prompt still wins. session id -> highest cancelled generation.
+    fenced: dict[str, int] = field(default_factory=dict)
 
     def script(self, *outcomes: str) -> None:
         for outcome in outcomes:
@@ -61,12 +65,15 @@ class FakeAgentctl:
 
     def prompt(self, request: PromptRequest) -> PromptOutcome:
         outcome = self.outcomes.pop(0) if self.outcomes else self.default
-        seen, turn = None, None
+        if request.prompt_generation <= self.fenced.get(request.session_id, -1):
+            outcome = "reject"
+        seen, turn, state = None, None, None
         if self.store is not None:
             stored = self.store.get_session(request.session_id)
             seen = stored.prompt.dispatch if stored is not None and stored.prompt is not None else None
             turn = stored.current_turn.id if stored is not None and stored.current_turn is not None else None
-        self.prompt_calls.append(PromptCall(request, outcome, seen, turn))
+            state = stored.state if stored is not None else None
+        self.prompt_calls.append(PromptCall(request, outcome, seen, turn, state))
         self.calls.append("prompt")
         if outcome == "ambiguous":
             raise AgentctlAmbiguous("read timeout: the request may not have reached the agent")
@@ -84,11 +91,16 @@ class FakeAgentctl:
     def cancel(self, request: CancelRequest) -> None:
         self.cancels.append(request)
         self.calls.append("cancel")
+        self.fenced[request.session_id] = max(self.fenced.get(request.session_id, -1), request.prompt_generation)
         hook, self.on_cancel = self.on_cancel, None
         if hook is not None:
             hook(request)
         if self.cancel_fails:
             raise AgentctlAmbiguous("connection reset")
+
+    def end(self, session_id: str) -> None:
+        """The runtime ended this session itself (it reported a terminal state): no prompt is taken any more."""
+        self.fenced[session_id] = 2 ** 62
 
     @property
     def prompts(self) -> list[PromptRequest]:

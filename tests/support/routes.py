@@ -27,6 +27,7 @@ QUESTIONS = {"questions": [{"question_id": "q1", "prompt": "Which database?",
 # Bodies that pass validation, so a refusal can only come from authentication or scope (the contract's shapes).
 VALID_BODIES: dict[tuple[str, str], Any] = {
     ("POST", V1 + "/tasks"): {"title": "probe"},
+    ("PATCH", V1 + "/tasks/{task_id}"): {"title": "probe"},
     ("POST", V1 + "/tasks/{task_id}/sessions"): {},
     ("POST", V1 + "/sessions/{session_id}/messages"): {"client_message_id": "probe-1", "content": "probe"},
     ("POST", V1 + "/tasks/{task_id}/workflow/transition"): {"to_step": "review"},
@@ -40,6 +41,7 @@ QUERIES: dict[tuple[str, str], dict[str, str]] = {
 }
 
 Route = tuple[str, str]  # (method, path template)
+DELETE_TASK: Route = ("DELETE", V1 + "/tasks/{task_id}")  # reaches everything else: an owner's runs last
 
 
 # ------------------------------------------------------------------ the route table

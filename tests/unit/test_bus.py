@@ -198,7 +198,7 @@ def test_summary_repaired_by_a_read__bus_down__read_served_and_tasks_stream_publ
 
     (listed,) = tasks.list_tasks(w.deps, USER)  # the repair's publication fails; the read does not
 
-    assert listed.summary.pending_action is None and revision not in w.bus.ids()
+    assert listed.task.summary.pending_action is None and revision not in w.bus.ids()
     repaired = w.memory.get_task(task.id)
     assert repaired is not None
     result = streams.process_batch(w.deps, [task_record(stale, repaired, 2)], streams.on_task_record)

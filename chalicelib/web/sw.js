@@ -1,0 +1,43 @@
+// Clarify's service worker: the client's files are cached so the installed app opens without a network, where
+// it shows the last snapshot the page kept. Network first (a deploy is visible at once), the cache when offline.
+// API calls are never cached or answered here: their truth is the server's.
+
+const CACHE = "clarify-shell-v1";
+const SHELL = ["/", "/web/style.css", "/web/app.js", "/web/api.js", "/web/admission.js", "/web/drafts.js", "/web/echo.js",
+  "/web/markdown.js", "/web/merge.js", "/web/morphdom.js", "/web/retry.js", "/web/selection.js", "/web/status.js",
+  "/web/transcript.js", "/web/views.js", "/web/manifest.webmanifest", "/web/icon.svg", "/web/icon-maskable.svg"];
+
+self.addEventListener("install", (event) => {
+  event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(SHELL)).then(() => self.skipWaiting()));
+});
+
+self.addEventListener("activate", (event) => {
+  event.waitUntil(caches.keys()
+    .then((keys) => Promise.all(keys.filter((k) => k !== CACHE).map((k) => caches.delete(k))))
+    .then(() => self.clients.claim()));
+});
+
+self.addEventListener("fetch", (event) => {
+  const url = new URL(event.request.url);
+  if (event.request.method !== "GET" || url.origin !== self.location.origin || url.pathname.startsWith("/api/")) return;
+  const key = event.request.mode === "navigate" ? "/" : url.pathname;
+  event.respondWith(fetch(event.request)
+    .then((response) => {
+      if (response.ok) {
+        const copy = response.clone();
+        caches.open(CACHE).then((cache) => cache.put(key, copy));
+      }
+      return response;
+    })
+    .catch(() => caches.match(key).then((hit) => hit ?? Response.error())));
+});
+
+self.addEventListener("notificationclick", (event) => {
+  event.notification.close();
+  const target = event.notification.data?.url ?? "/";
+  event.waitUntil(self.clients.matchAll({ type: "window", includeUncontrolled: true }).then((windows) => {
+    const open = windows.find((w) => new URL(w.url).origin === self.location.origin);
+    if (open) return open.navigate(target).then((w) => (w ?? open).focus());
+    return self.clients.openWindow(target);
+  }));
+});
