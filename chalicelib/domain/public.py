@@ -69,6 +69,8 @@ def message_view(message: Message) -> dict[str, Any]:
         view["in_reply_to"] = meta["in_reply_to"]
     if meta.get("queued"):
         view["queued"] = True
+    if meta.get("not_sent"):
+        view["not_sent"] = str(meta["not_sent"])  # queued when the session ended: never sent
     return view
 
 

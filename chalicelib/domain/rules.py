@@ -53,6 +53,13 @@ def bundle_is_active(session: Session, bundle: Bundle) -> bool:
     )
 
 
+def moved_on(session: Session, bundle: Bundle) -> bool:
+    """The bundle's tool request can no longer be answered whatever its rows say: a newer turn is current, or
+    the session ended. chalicelib.store.conditions.moved_on is the same predicate as a condition."""
+    return (session.current_turn is None or bundle.turn_id != session.current_turn.id
+            or session.state in TERMINAL_STATES)
+
+
 def active_bundles(session: Session) -> list[Bundle]:
     return [b for b in session.bundles if bundle_is_active(session, b)]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .. import observability as obs
 from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed, DomainError, StoreUnavailable
 from ..domain.model import Dispatch, Session
-from ..domain.rules import bundle_is_active, row_pending
+from ..domain.rules import bundle_is_active, moved_on, row_pending
 from ..services import watchdog
 from ..services.clarifications import pause_for_input
 from ..services.deps import Deps
@@ -132,11 +132,14 @@ def _reservation(deps: Deps, s: Session, report: Report, now: str, everything: b
         s = recover(deps, s, r, delivery.delivery_id, "ambiguous")
         report.reservations_kept += 1
         return s
-    restored = rollback(deps, s.id, r, r.bundle_id, delivery)
-    if restored is None:
+    undone = rollback(deps, s.id, r, r.bundle_id, delivery)
+    if undone.session is None:
+        fresh = deps.store.get_session(s.id)
+        if fresh is not None and (fresh.reservation is None or fresh.reservation.turn_id != r.turn_id):
+            return fresh  # another writer (an overlapping run, the resume itself) resolved it meanwhile
         raise ReconcileFailed(f"could not roll back reservation {r.turn_id}")
     report.reservations_rolled_back += 1
-    return restored
+    return undone.session
 
 
 def _start_event(deps: Deps, s: Session, report: Report) -> Session:
@@ -157,15 +160,15 @@ def _intents(deps: Deps, s: Session, report: Report, now: str, everything: bool)
             continue
         if s.reservation is not None and s.reservation.bundle_id == bundle.id:
             continue  # owned by an unresolved reservation
-        current = s.current_turn is not None and s.current_turn.id == bundle.turn_id and not s.terminal
         try:
-            if current:  # unhanded: the answer goes back to pending, to be answered again
+            if moved_on(s, bundle):  # superseded or terminal: retire the claim, never reactivate history
+                s = deps.store.retire_claim(s.id, bundle.id, d.delivery_id, list(d.row_ids), outcome=d.outcome,
+                                            at=deps.now())
+                report.intents_retired += 1
+            else:  # unhanded: the answer goes back to pending, to be answered again
                 s = deps.store.restore_claim(s.id, bundle.id, d.delivery_id, list(d.row_ids), outcome=d.outcome,
                                              detach=False, at=deps.now())
                 report.intents_restored += 1
-            else:  # superseded or terminal: retire the intent, never reactivate history
-                s = deps.store.retire_delivery(s.id, bundle.id, d.delivery_id, result="retired", at=deps.now())
-                report.intents_retired += 1
         except ConditionFailed:
             s = deps.store.get_session(s.id) or s  # confirmation won meanwhile
     return s

@@ -39,11 +39,13 @@ def _prompt_seq(session: Session) -> int:
 
 
 def _queued(session: Session) -> list[Message]:
-    """Messages waiting for the agent's turn to end, after everything else, marked as queued."""
+    """Messages waiting for the agent's turn to end, after everything else, marked as queued; once the
+    session ended they never will be sent, and say so (the user can send them elsewhere)."""
+    state = {"not_sent": "session_ended"} if session.terminal else {"queued": True}
     return [Message(id=p.message_id, session_id=session.id, workspace_id=session.workspace_id,
                     task_id=session.task_id, turn_id="", turn_seq=session.turn_seq + 1, author_type="user",
                     type="message", content=p.content, created_at=p.created_at,
-                    meta={"queued": True, **({"in_reply_to": dict(p.reply_to)} if p.reply_to else {})})
+                    meta={**state, **({"in_reply_to": dict(p.reply_to)} if p.reply_to else {})})
             for p in session.queue]
 
 

@@ -119,6 +119,9 @@ def admit_message(deps: Deps, caller: Caller, session: Session, *, client_messag
     def attempt(s: Session) -> Admission:
         if not input_capable(s.state):
             raise SessionUnavailable(f"the session is {s.state.value} and cannot take input")
+        if late is not None and s.bundle(late.bundle_id) is None:  # deleted meanwhile (another device)
+            raise ValidationError("in_reply_to.clarification_id", "the question was deleted; send the answer as "
+                                  "an ordinary message")
         turn = s.current_turn
         if turn is not None and turn.open:
             if delivery == "steer" and _steer(deps, s, text):

@@ -27,12 +27,12 @@ from ..domain.errors import (
 )
 from ..domain.model import Bundle, Delivery, Session, Watchdog
 from ..domain.respond import Outcome, outcome, summary_text
-from ..domain.rules import bundle_is_active, row_pending
+from ..domain.rules import bundle_is_active, moved_on, row_pending
 from .clarifications import bundle_for_agent, bundle_for_user, inactive
 from .deps import Deps
 from .polling import poll
 from .results import Responded
-from .resume import fall_through, respond_detached
+from .resume import fall_through, publish_restored, respond_detached
 from .retry import fresh_session, on_conflict
 
 log = logging.getLogger(__name__)
@@ -128,27 +128,34 @@ def _deliver_live(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome
     settled = _settled(deps, session.id, bundle.id, delivery.delivery_id, deps.settings.confirm_wait)
     if settled is not None:
         return _result(bundle.id, settled)
-    current = deps.store.get_session(session.id) or session
-    try:
+
+    def settle(current: Session) -> Responded:
+        """Decide on the freshest aggregate; a lost conditional write decides again."""
+        b = current.bundle(bundle.id)
+        d = b.delivery if b else None
+        if b is None or d is None or d.delivery_id != delivery.delivery_id:
+            raise NotFound("clarification not found")
+        if not d.pending:  # the waiter's confirmation won the race (it owns its write to completion)
+            return _result(bundle.id, d)
         if outcome.status == "rejected":
             deps.store.confirm_delivery(session.id, bundle.id, delivery.delivery_id, result="recorded",
                                         watchdog=None, at=deps.now())
             return Responded(bundle.id, "rejected", "recorded")
-        return fall_through(deps, current, current.bundle(bundle.id) or bundle, delivery)
-    except ConditionFailed as exc:
-        # The waiter's confirmation won the race (it owns its write to completion), or the turn moved on.
-        latest = exc.session or deps.store.get_session(session.id)
-        b = latest.bundle(bundle.id) if latest else None
-        d = b.delivery if b else None
-        if latest is None or b is None or d is None or d.delivery_id != delivery.delivery_id:
-            raise NotFound("clarification not found") from exc
-        if not d.pending:
-            return _result(bundle.id, d)
-        # The question moved on (a newer turn, an ended session) before anyone took the answer: retire the
-        # intent, as the reconciler would, and say why the question is no longer answerable.
-        deps.store.retire_delivery(session.id, bundle.id, d.delivery_id, result="retired", at=deps.now())
-        raise ClarificationInactive("the question moved on before the answer could be delivered",
-                                    reason="session_terminal" if latest.terminal else "superseded") from exc
+        if moved_on(current, b):
+            # The question moved on (a newer turn, an ended session) before anyone took the answer: retire
+            # the claim, as the reconciler would, and say why the question is no longer answerable.
+            retired = deps.store.retire_claim(session.id, bundle.id, delivery.delivery_id, rows,
+                                              outcome=outcome.status, at=deps.now())
+            publish_restored(deps, retired, bundle.id, rows)
+            raise ClarificationInactive("the question moved on before the answer could be delivered; send it as "
+                                        "a new message",
+                                        reason="session_terminal" if retired.terminal else "superseded")
+        return fall_through(deps, current, b, delivery)
+
+    first = deps.store.get_session(session.id)
+    if first is None:
+        raise NotFound("clarification not found")
+    return on_conflict(settle, first, fresh_session(deps, session.id, "clarification not found"))
 
 
 def _settled(deps: Deps, session_id: str, bundle_id: str, delivery_id: str, timeout: float) -> Delivery | None:
@@ -171,9 +178,6 @@ def _result(bundle_id: str, d: Delivery) -> Responded:
     """What the request that made this (settled) claim answered, for it and for its retries."""
     if d.result == "ambiguous":
         raise DispatchAmbiguous("the agent may have received the answer; it will not be sent again")
-    if d.result == "retired":
-        raise ClarificationInactive("the question moved on before the answer could be delivered",
-                                    reason="superseded")
     return Responded(bundle_id, d.outcome, d.result if d.result in ("live", "resumed") else "recorded")
 
 

@@ -10,14 +10,21 @@ have it, nothing reopens the answer.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .. import observability as obs
 from ..agentctl.client import AgentctlAmbiguous, PromptOutcome, PromptRequest
-from ..domain.errors import DispatchAmbiguous, DispatchFailed, DomainError, SessionUnavailable
+from ..domain.errors import (
+    ClarificationInactive,
+    DispatchAmbiguous,
+    DispatchFailed,
+    DomainError,
+    SessionUnavailable,
+)
 from ..domain.model import Bundle, Delivery, Dispatch, Prompt, Reservation, Session, StartEvent, Turn
 from ..domain.public import clarification_view
 from ..domain.respond import Outcome, summary_text
+from ..domain.rules import moved_on
 from .deps import Deps
 from .events import emit_for, turn_completed, turn_started
 from .projection import refresh_task_summary
@@ -110,13 +117,20 @@ def resume(deps: Deps, session: Session, bundle: Bundle, reservation: Reservatio
 
 def _handed_back(deps: Deps, session_id: str, reservation: Reservation, bundle_id: str, delivery: Delivery,
                  message: str) -> DomainError:
-    """Roll the claim back and publish the restored rows at once: the retryable error to raise. When it cannot
-    be rolled back (the session ended or moved on meanwhile) the answer stays recorded, nothing is resumed,
-    and the error says so."""
-    restored = rollback(deps, session_id, reservation, bundle_id, delivery)
-    if restored is not None:
-        summary_error = publish_restored(deps, restored, bundle_id, list(reservation.row_ids))
-        return DispatchFailed(message, restored=True, **({"summary_error": summary_error} if summary_error else {}))
+    """Undo the claim and publish its rows at once: the error to raise. Restored, the answer is retryable;
+    retired (the question moved on meanwhile), the user is told so and may send it as a new message; when
+    nothing could be undone the answer stays recorded, nothing is resumed, and the error says so."""
+    undone = rollback(deps, session_id, reservation, bundle_id, delivery)
+    if undone.session is not None:
+        rows = list(reservation.row_ids)
+        summary_error = publish_restored(deps, undone.session, bundle_id, rows)
+        extra = {"summary_error": summary_error} if summary_error else {}
+        if undone.retired:
+            ended = undone.session.terminal
+            return ClarificationInactive("the question moved on before the answer could be delivered; send it as "
+                                         "a new message", reason="session_terminal" if ended else "superseded",
+                                         **extra)
+        return DispatchFailed(message, restored=True, **extra)
     session = deps.store.get_session(session_id)
     if session is not None and session.terminal:
         return SessionUnavailable(f"the session ended ({session.state.value}) while the answer was delivered; "
@@ -124,30 +138,51 @@ def _handed_back(deps: Deps, session_id: str, reservation: Reservation, bundle_i
     return DispatchAmbiguous("the answer could not be handed back for a retry; it will not be sent again")
 
 
+@dataclass(frozen=True)
+class Undone:
+    """What a rollback did: `session` as written (None: nothing undone, the reconciler will), and whether the
+    claim was retired (its question had moved on) rather than restored to answerable."""
+    session: Session | None
+    retired: bool = False
+
+
 def rollback(deps: Deps, session_id: str, reservation: Reservation, bundle_id: str,
-             delivery: Delivery) -> Session | None:
-    """Undo a reservation and restore exactly its claimed rows. Bounded; None if it could not (the session
-    ended or the reservation is gone)."""
-    restored = None
+             delivery: Delivery) -> Undone:
+    """Undo a reservation and exactly its claimed rows, bounded: restored to pending while the question is
+    still current; retired (unanswered history, never reactivated) when a newer turn or the end of the
+    session overtook a reservation that was never attempted."""
     for _ in range(ROLLBACK_ATTEMPTS):
         try:
             restored = deps.store.restore_claim(session_id, bundle_id, delivery.delivery_id,
                                                 list(reservation.row_ids), outcome=delivery.outcome, detach=False,
                                                 at=deps.now(), reservation=reservation)
             obs.count(obs.RESTORES, cause="rollback")
-            break
+            return Undone(restored)
         except DomainError as exc:
             current = deps.store.get_session(session_id)
             if current is None or current.reservation is None or current.reservation.turn_id != reservation.turn_id:
                 log.warning("rollback of %s found nothing to undo: %s", reservation.turn_id, exc)
-                return None
+                return Undone(None)
+            reservation = current.reservation
+            bundle = current.bundle(bundle_id)
+            if not reservation.attempted and bundle is not None and moved_on(current, bundle):
+                return _retire(deps, current, reservation, bundle_id, delivery)
             if current.terminal:
                 log.warning("rollback of %s: the session ended meanwhile", reservation.turn_id)
-                return None
-            reservation = current.reservation
-    if restored is None:
-        log.error("rollback of reservation %s failed; the reconciler will repair it", reservation.turn_id)
-    return restored
+                return Undone(None)
+    log.error("rollback of reservation %s failed; the reconciler will repair it", reservation.turn_id)
+    return Undone(None)
+
+
+def _retire(deps: Deps, session: Session, reservation: Reservation, bundle_id: str, delivery: Delivery) -> Undone:
+    try:
+        retired = deps.store.retire_claim(session.id, bundle_id, delivery.delivery_id, list(reservation.row_ids),
+                                          outcome=delivery.outcome, at=deps.now(), reservation=reservation)
+    except DomainError as exc:
+        log.warning("retiring reservation %s failed (the reconciler will): %s", reservation.turn_id, exc)
+        return Undone(None)
+    obs.count(obs.RESTORES, cause="retired")
+    return Undone(retired, retired=True)
 
 
 def publish_restored(deps: Deps, session: Session, bundle_id: str, rows: list[str]) -> str | None:

@@ -89,6 +89,12 @@ def bundle_current(bundle_id: str) -> Clause:
     return SameAs(("current_turn", "id"), ("bundles", bundle_id, "turn_id"))
 
 
+def moved_on(bundle_id: str) -> Clause:
+    """The bundle's question can no longer be answered by its tool request: a newer turn is current, or the
+    session ended (rules.moved_on over a read aggregate)."""
+    return any_of((Not(bundle_current(bundle_id)), Not(not_terminal())))
+
+
 def row_pending(bundle_id: str, row_id: str) -> Clause:
     """Absent or empty status counts as pending; any other value does not (fail closed)."""
     path = ("bundles", bundle_id, "rows", row_id, "status")

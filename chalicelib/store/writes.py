@@ -254,9 +254,19 @@ class ConditionalWrites:
             w.put(("watchdog",), codec.watchdog_to_item(watchdog)).deadline(watchdog.due)
         return self._commit(session_id, w.done(at))
 
-    def retire_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
-                        at: str) -> Session:
-        return self.confirm_delivery(session_id, bundle_id, delivery_id, result=result, watchdog=None, at=at)
+    def retire_claim(self, session_id: str, bundle_id: str, delivery_id: str, row_ids: Sequence[str], *,
+                     outcome: str, at: str, reservation: Reservation | None = None) -> Session:
+        """The question moved on (a newer turn, an ended session) before anyone took the answer: the claim
+        is undone without reactivating history. Exactly its rows are unanswered again in their now inactive
+        bundle (answerable only as a new message), the intent goes, and with `reservation` (never attempted:
+        nothing was dispatched) the reservation too."""
+        w = _Builder().require(c.delivery_unconfirmed(bundle_id, delivery_id), c.moved_on(bundle_id))
+        if reservation is not None:
+            w.require(c.reservation_is(reservation.turn_id), c.reservation_unattempted()).drop(("reservation",))
+        for q in row_ids:
+            w.require(c.row_has_status(bundle_id, q, outcome))
+            w.put(_row(bundle_id, q, "status"), "pending").drop(_row(bundle_id, q, "response"))
+        return self._commit(session_id, w.drop(_delivery(bundle_id)).done(at))
 
     def restore_claim(self, session_id: str, bundle_id: str, delivery_id: str, row_ids: Sequence[str], *,
                       outcome: str, detach: bool, at: str, reservation: Reservation | None = None) -> Session:
@@ -310,15 +320,6 @@ class ConditionalWrites:
         w.drop(("reservation",)).put(_delivery(bundle_id, "confirmed_at"), at)
         w.put(_delivery(bundle_id, "result"), result).put(("prompt", "dispatch"), dispatch.value)
         return self._commit(session_id, w.done(at))
-
-    def abandon_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
-                            at: str) -> Session:
-        """An unattempted reservation whose question moved on (a newer turn, an ended session) before the
-        resume: drop it and retire the intent, leaving history as it is (nothing was dispatched)."""
-        w = _Builder().require(c.reservation_is(reservation.turn_id), c.reservation_unattempted(),
-                               c.delivery_unconfirmed(bundle_id, delivery_id))
-        w.drop(("reservation",)).put(_delivery(bundle_id, "confirmed_at"), at)
-        return self._commit(session_id, w.put(_delivery(bundle_id, "result"), "retired").done(at))
 
     def to_start_event(self, session_id: str, reservation: Reservation, marker: StartEvent, *, bundle_id: str,
                        delivery_id: str, result: str, at: str) -> Session:

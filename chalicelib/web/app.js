@@ -705,7 +705,11 @@ async function sendMessage(sessionId, { retryId = null } = {}) {
   if (retryId) {
     echo = echoesOf(sessionId).find((e) => e.clientMessageId === retryId);
     if (!echo || echo.status === "sending") return;
-    setEcho(sessionId, retryId, { status: "sending", error: null });
+    // A definite failure (the agent refused the message) is final for its client_message_id: the server
+    // replays it to that id. So the retry is a new message; only an unknown outcome reuses the id.
+    const id = echo.status === "failed" ? newId() : retryId;
+    setEcho(sessionId, retryId, { clientMessageId: id, status: "sending", error: null });
+    echo = echoesOf(sessionId).find((e) => e.clientMessageId === id);
   } else {
     const key = `composer:${sessionId}`;
     const content = String(drafts.get(key)).trim();

@@ -322,7 +322,8 @@ function renderMessage(state, m, overlayCid) {
   return h(`li.msg.${user ? "user" : "agent"}${thinking ? ".thinking" : ""}`, { id: `msg-${m.id}` },
     h("div.meta", {}, h("span.who", {}, thinking ? "Agent (thinking)" : user ? "You" : "Agent"), when(m.created_at)),
     h("div.body", {}, thinking ? m.content ?? "" : md(parseMarkdown(m.content ?? ""))),
-    m.queued ? h("p.echo-status", {}, echoStatusText({ status: "queued" })) : null);
+    m.queued ? h("p.echo-status", {}, echoStatusText({ status: "queued" })) : null,
+    m.not_sent ? h("p.echo-status.not-sent", {}, "Not sent: the session ended before the agent took it") : null);
 }
 
 function renderEcho(echo) {

@@ -33,6 +33,7 @@ from chalicelib.functions.reconciler import ReconcileFailed, reconcile
 from chalicelib.services import messages, responses, sessions
 from chalicelib.services.deps import Deps, Settings
 from chalicelib.services.projection import refresh_task_summary, task_summary
+from chalicelib.store import codec
 from chalicelib.store.memory import MemoryStore
 from tests.support.crash import CrashingStore, KillPoint, ProcessDied, SessionTap
 from tests.support.world import World as BaseWorld
@@ -122,6 +123,20 @@ class World(BaseWorld):
     # -------------------------------------------------------------- the product, as users and agents use it
     def new_session(self) -> str:
         return self.session(task_id=self.task_id).id
+
+    def unrepairable(self) -> str:
+        """A session no repair fits (its reservation names a bundle that is not there): the reconciler must
+        set it apart (quarantine) and carry on."""
+        sid = self.new_session()
+        item = codec.session_to_item(self.get(sid))
+        item["reservation"] = {"turn_id": "t-nowhere", "seq": 1,
+                               "predecessor": {"id": "t0", "seq": 0, "started_at": ""},
+                               "bundle_id": f"{sid}.gone", "bundle_turn_id": "t0", "row_ids": ["q1"],
+                               "generation": 1, "created_at": self.deps.now(), "deadline": self.deps.now(),
+                               "attempted": False}
+        item.update(recon_shard="due", recon_due=self.deps.now())
+        self.memory.put_raw_session(item)
+        return sid
 
     def complete_turn(self, session_id: str) -> None:
         self.report(session_id, "turn_completed")
@@ -281,10 +296,15 @@ class World(BaseWorld):
         assert a.bundle_id is not None
         s = self.get(a.session_id)
         b = s.bundle(a.bundle_id)
-        if b is None:
+        carrying = self.agent.carrying(a.marker)
+        if b is None:  # the user deleted the question: only once its answer was delivered (or recorded) or
+            # handed back (remove_bundle refuses while an answer is on its way)
+            if len(carrying) == 1 or any(a.marker in h for h in self.handoffs) or a.outcome == "rejected":
+                return "deleted after delivery", []
+            if a.allow_retired and not carrying:
+                return "deleted after it was handed back", []
             return "gone", ["(1) the answered bundle vanished"]
         problems: list[str] = []
-        carrying = self.agent.carrying(a.marker)
         if len(carrying) > 1:
             problems.append(f"(2) the answer may have reached the agent {len(carrying)} times")
         d = b.delivery
@@ -294,11 +314,18 @@ class World(BaseWorld):
             problems.append(f"(1) reservation {s.reservation.turn_id} survived the reconciler")
         rows = {r.question.question_id: r for r in b.rows}
         statuses = {rows[q].status for q in a.rows}
+        if statuses != {"pending"} and not any(a.marker in json.dumps(rows[q].response) for q in a.rows):
+            # Not this answer's rows any more: it was handed back (restored), then the question was answered
+            # again, skipped, or expired; each of those answers has its own fate.
+            if not carrying and (a.allow_retired or statuses & {"answered", "rejected"}):
+                return "answered again", problems
         if statuses == {"pending"}:
-            if not bundle_is_active(s, b):
-                state = clarify.derived_state(s, b, self.deps.now())
-                problems.append(f"(1) the rows are pending but not answerable ({state})")
-            return "restorable", problems
+            if bundle_is_active(s, b):
+                return "restorable", problems
+            state = clarify.derived_state(s, b, self.deps.now())
+            if a.allow_retired and state in ("superseded", "expired"):
+                return "retired", problems  # the question moved on first: unanswered history, sendable late
+            return "restorable", problems + [f"(1) the rows are pending but not answerable ({state})"]
         if statuses != {a.outcome}:
             return "mixed", problems + [f"(1) rows are {sorted(statuses)}: neither restorable nor {a.outcome}"]
         if d is None:
@@ -320,8 +347,6 @@ class World(BaseWorld):
             return result, problems
         if result == "recorded" and a.outcome == "rejected":
             return "recorded", problems
-        if result == "retired" and a.allow_retired:
-            return "retired", problems
         return str(result), problems + [f"(1) the delivery ended as {result!r}: the answer never reached the agent"]
 
     def message_fate(self, a: Answer) -> tuple[str, list[str]]:
@@ -334,12 +359,16 @@ class World(BaseWorld):
         told_ok = remembered is not None and "error" not in remembered.response
         prompt = s.prompt if s.prompt is not None and a.marker in s.prompt.content else None
         if any(a.marker in p.content for p in s.queue):
+            if s.terminal:
+                return "not sent (the session ended)", problems  # shown so in the transcript
             if s.current_turn is None or not s.current_turn.open:
                 problems.append("(1) still queued although no turn is open: the queue was never drained")
             return "queued", problems
         if prompt is None:
             if carrying:
                 return "superseded", problems
+            if remembered is not None and not told_ok:
+                return "refused", problems  # the client was told (its retries replay it) and holds the text
             if told_ok:
                 problems.append("(1) the client is told the message was admitted, but nothing carries it")
             return "not admitted", problems
@@ -355,7 +384,8 @@ class World(BaseWorld):
             problems.append("(1) agentctl refused the message, yet this admission's retry replays success "
                             f"({remembered.response if remembered else '-'}): the answer is lost")
         turn = s.current_turn
-        if turn is not None and turn.id == prompt.turn_id and turn.open:
+        agent_used_it = any(b.turn_id == prompt.turn_id for b in s.bundles)  # a (late) ask landed in it
+        if turn is not None and turn.id == prompt.turn_id and turn.open and not s.terminal and not agent_used_it:
             problems.append(f"(1) the refused message's turn is still open: the session is wedged in {s.state}")
         return "refused", problems
 

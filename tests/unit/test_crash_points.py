@@ -50,7 +50,6 @@ from chalicelib.services import (
     workflow,
 )
 from chalicelib.services.deps import Deps
-from chalicelib.store import codec
 from chalicelib.store.memory import MemoryStore
 from tests.support.crash import PHASES, WRITE_METHODS, CrashingStore, KillPoint, ProcessDied
 from tests.support.harness import World, settle
@@ -444,19 +443,8 @@ def s_broken(w: World) -> Ctx:
                                                                   deps=dd))
     w.clock.advance(30)  # past the lease of G and the watchdog of H
     # J: an aggregate no repair fits (its reservation names a bundle that is not there): set apart.
-    ctx["unrepairable"] = _unrepairable(w)
+    ctx["unrepairable"] = w.unrepairable()
     return ctx
-
-
-def _unrepairable(w: World) -> str:
-    sid = w.new_session()
-    item = codec.session_to_item(w.get(sid))
-    item["reservation"] = {"turn_id": "t-nowhere", "seq": 1, "predecessor": {"id": "t0", "seq": 0, "started_at": ""},
-                           "bundle_id": f"{sid}.gone", "bundle_turn_id": "t0", "row_ids": ["q1"], "generation": 1,
-                           "created_at": w.deps.now(), "deadline": w.deps.now(), "attempted": False}
-    item.update(recon_shard="due", recon_due=w.deps.now())
-    w.memory.put_raw_session(item)
-    return sid
 
 
 def op_reconcile(w: World, deps: Deps, ctx: Ctx) -> None:
@@ -473,7 +461,7 @@ def check_unrepairable(w: World, ctx: Ctx, stage: str) -> list[str]:
 
 def s_quarantined(w: World) -> Ctx:
     ctx = _bg(w)
-    ctx["unrepairable"] = _unrepairable(w)
+    ctx["unrepairable"] = w.unrepairable()
     reconcile(w.deps, before_traffic=True)
     assert w.get(ctx["unrepairable"]).quarantined
     return ctx

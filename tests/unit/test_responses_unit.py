@@ -24,6 +24,8 @@ from chalicelib.domain.errors import (
     ValidationError,
 )
 from chalicelib.domain.model import Dispatch, Session
+from chalicelib.domain.public import clarification_view
+from chalicelib.domain.rules import bundle_is_active
 from chalicelib.functions.reconciler import reconcile
 from chalicelib.services import clarifications, responses, sessions
 from chalicelib.services.deps import iso
@@ -304,7 +306,11 @@ def test_respond__newer_turn_accepted_during_the_live_wait__not_resumed_into_it(
     session = w.get(sid)
     assert session.reservation is None and _answer_prompts(w) == []
     assert session.current_turn is not None and session.current_turn.id != w.bundle(cid).turn_id
-    assert w.bundle(cid).delivery.result == "retired"  # type: ignore[union-attr]
+    # Retired, not recorded: the question is unanswered history the user can send as a new message.
+    b = w.bundle(cid)
+    assert b.delivery is None and {r.status for r in b.rows} == {"pending"}
+    view = clarification_view(w.get(sid), b, now=w.deps.now())
+    assert view["state"] == "superseded" and view["late_answer_allowed"] and not view["answerable"]
 
 
 # ====================================================================== Skip
@@ -614,7 +620,7 @@ def test_reconcile__unconfirmed_current_claim_past_its_deadline__restored_to_pen
     assert all(s == "pending" for s, _, _ in w.rows(cid).values()) and w.bundle(cid).delivery is None
 
 
-def test_reconcile__unconfirmed_claim_of_a_superseded_turn__intent_retired_history_kept(w: World) -> None:
+def test_reconcile__unconfirmed_claim_of_a_superseded_turn__claim_retired_history_inactive(w: World) -> None:
     sid, cid = w.waiting()
 
     def responder_dies_after_a_newer_turn() -> None:
@@ -629,8 +635,11 @@ def test_reconcile__unconfirmed_claim_of_a_superseded_turn__intent_retired_histo
     report = reconcile(w.deps, before_traffic=False)
 
     assert (report.intents_restored, report.intents_retired) == (0, 1)
-    assert [s for s, _, _ in w.rows(cid).values()] == ["answered", "answered"]
-    assert not w.bundle(cid).delivery.pending  # type: ignore[union-attr]
+    # History is not reactivated (the bundle stays superseded) and the answer is not shown as delivered.
+    assert [s for s, _, _ in w.rows(cid).values()] == ["pending", "pending"]
+    b = w.bundle(cid)
+    assert b.delivery is None and not bundle_is_active(w.get(sid), b)
+    assert clarification_view(w.get(sid), b, now=w.deps.now())["late_answer_allowed"]
 
 
 # ====================================================================== dismiss

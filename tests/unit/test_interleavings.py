@@ -1,0 +1,515 @@
+"""The interleaving explorer: every operation raced by every other at each of its durable boundaries.
+
+For each operation of the catalog, a dry run counts its boundaries (right before and right after each store
+write, and around each agentctl call). Then, for every boundary and every other operation, a fresh world
+runs the first operation until it reaches that boundary, pauses it there, runs the other operation to
+completion, resumes the first, and settles: the reconciler runs, the stream catches up, time passes, and
+the harness's invariants are checked (tests/support/harness.py), plus these:
+  (8) no prompt reaches the agent after its session was cancelled or ended;
+  (9) the workflow guard never lets a transition pass while the rule says a question is pending (an oracle
+      checks it at the very write);
+  (10) every operation's outcome is a domain answer (no crash), and the reconciler finishes.
+
+It prints how many (operation, boundary, interferer) cases it ran; a store write no operation reaches fails
+it. A sample of the cases (every operation pair at least once) also runs on the emulator store.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chalicelib.domain import commands
+from chalicelib.domain.errors import (
+    ClarificationActive,
+    ClarificationInactive,
+    DomainError,
+    IdempotencyMismatch,
+    NotFound,
+    PendingClarification,
+    QueueFull,
+    SessionUnavailable,
+    ValidationError,
+)
+from chalicelib.domain.model import Bundle, Session, State, Task
+from chalicelib.domain.rules import active_bundles
+from chalicelib.domain.time import parse_iso
+from chalicelib.functions.reconciler import ReconcileFailed, reconcile
+from chalicelib.services import clarifications, history, responses, sessions, watchdog, workflow
+from chalicelib.services.deps import Deps
+from chalicelib.store.document import Write
+from chalicelib.store.memory import MemoryStore
+from tests.support.crash import WRITE_METHODS
+from tests.support.harness import USER, World, settle
+from tests.support.pausing import Gate, Paused, PausingAgent, PausingStore
+from tests.support.world import agent_of
+
+Ctx = dict[str, Any]
+REPORT = Path(__file__).resolve().parents[2] / "artifacts" / "interleavings.txt"
+# Store writes no operation of the catalog performs. Keep this minimal; justify every entry.
+ALLOWED_UNREACHED: dict[str, str] = {
+    "release": "an operator's write after a manual repair (clarify-ops); the crash-point harness covers it",
+    "rename_task": "the user's own bookkeeping on the task record; no clarification flow races it",
+    "delete_task": "removes the task record only after its sessions were cancelled (that cancel is raced)",
+    "put_task": "creates a task record nothing else can name yet; the sessions created in it are raced",
+}
+
+
+class GuardOracle(MemoryStore):
+    """Checks invariant (9) at the very write: a workflow step never moves while a question is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.violations: list[str] = []
+
+    def _commit_task(self, task_id: str, write: Write, checks: Any = None) -> Task:
+        with self._lock:
+            task = super()._commit_task(task_id, write, checks)
+            blocking = [s.id for s in self.list_sessions(task_id) if active_bundles(s)]
+            if checks is not None and blocking:
+                self.violations.append(f"(9) the workflow moved to {task.workflow_step} while {blocking} had an "
+                                       "active question")
+            return task
+
+
+# ------------------------------------------------------------------ worlds where an operation is valid
+def _main(w: World) -> Ctx:
+    return {"main": w.new_session()}
+
+
+def s_idle(w: World) -> Ctx:
+    return _main(w)
+
+
+def s_running(w: World) -> Ctx:
+    ctx = _main(w)
+    w.running(ctx["main"])
+    return ctx
+
+
+def s_live(w: World) -> Ctx:
+    ctx = _main(w)
+    ctx["bundle"] = w.live_bundle(ctx["main"])
+    return ctx
+
+
+def s_detached(w: World) -> Ctx:
+    ctx = _main(w)
+    ctx["bundle"] = w.detached_bundle(ctx["main"])
+    return ctx
+
+
+def s_superseded(w: World) -> Ctx:
+    ctx = _main(w)
+    ctx["bundle"] = w.superseded_bundle(ctx["main"])
+    return ctx
+
+
+def s_claimed(w: World) -> Ctx:
+    ctx = _main(w)
+    a = w.claimed_live(ctx["main"])
+    ctx["bundle"] = a.bundle_id
+    return ctx
+
+
+def s_watchdog_due(w: World) -> Ctx:
+    ctx = _main(w)
+    ctx["bundle"] = w.confirmed_live(ctx["main"]).bundle_id
+    w.clock.advance(w.deps.settings.watchdog_timeout.total_seconds() + 1)
+    return ctx
+
+
+def s_queued(w: World) -> Ctx:
+    ctx = s_running(w)
+    a = w.message_answer(ctx["main"])
+    assert w.send_answer(a).admission == "queued"
+    return ctx
+
+
+def s_broken(w: World) -> Ctx:
+    """A resume that died right after its claim and reservation: the reconciler has work to do."""
+    ctx = s_detached(w)
+    # Nobody was told anything: a newer turn or the end of the session may retire it (sendable late).
+    a = w.answer(ctx["bundle"], allow_retired=True)
+    w.crash_during("claim", "after", lambda d: w.respond_answer(a, d))
+    return ctx
+
+
+def s_unpumped(w: World) -> Ctx:
+    """A question asked mid-turn whose stream records (turn started, bundle added) are not processed yet."""
+    ctx = s_live(w)
+    ctx["unpumped"] = True
+    return ctx
+
+
+def s_resume_reply_lost(w: World) -> Ctx:
+    """Detached; the agent will take the resume but its reply is lost (the outcome is known only later)."""
+    ctx = s_detached(w)
+    ctx["agent_script"] = ("accept-then-fail",)
+    return ctx
+
+
+def s_refusing(w: World) -> Ctx:
+    """Idle; the agent refuses the next prompt (the admitted message's remembered reply becomes the error)."""
+    ctx = s_idle(w)
+    ctx["agent_script"] = ("reject",)
+    return ctx
+
+
+def s_broken_moved_on(w: World) -> Ctx:
+    """A resume died right after its claim, then the user cancelled the session: the claim must be retired."""
+    ctx = s_broken(w)
+    sessions.cancel_session(w.deps, USER, ctx["main"])
+    return ctx
+
+
+def s_unrepairable(w: World) -> Ctx:
+    ctx = s_live(w)
+    ctx["unrepairable"] = w.unrepairable()
+    return ctx
+
+
+def s_superseded_running(w: World) -> Ctx:
+    """A superseded question while the agent's newer turn runs and it can steer."""
+    ctx = s_superseded(w)
+    w.send(ctx["main"], "and now this", f"again-{ctx['main']}")
+    return ctx
+
+
+# ------------------------------------------------------------------ operations, on whatever state they find
+def _session(w: World, ctx: Ctx) -> Session:
+    return w.get(ctx["main"])
+
+
+def _bundle(w: World, ctx: Ctx) -> Bundle:
+    """The question the operation acts on: the one set up, else the main session's latest."""
+    s = _session(w, ctx)
+    found = s.bundle(ctx["bundle"]) if ctx.get("bundle") else (s.bundles[-1] if s.bundles else None)
+    if found is None:
+        raise _Invalid("no question to act on")
+    return found
+
+
+class _Invalid(Exception):
+    """The operation is not valid in this state (nothing to act on): the case is counted, not checked."""
+
+
+def op_ask(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.ask(ctx["main"], deps=deps)
+
+
+def op_detach(w: World, deps: Deps, ctx: Ctx) -> None:
+    clarifications.detach(deps, agent_of(ctx["main"]), _bundle(w, ctx).id)
+
+
+def op_respond_live(w: World, deps: Deps, ctx: Ctx) -> None:
+    """An answer while the agent's waiter takes it and confirms (at the responder's first wait)."""
+    b = _bundle(w, ctx)
+    a = w.answer(b.id, allow_retired=True)
+    w.sleep_hook = w.waiter(b.id, deps)
+    try:
+        w.respond_answer(a, deps)
+    finally:
+        w.sleep_hook = None
+
+
+def op_respond(w: World, deps: Deps, ctx: Ctx) -> None:
+    """An answer with nobody confirming: live falls through to a resume, detached resumes at once."""
+    b = _bundle(w, ctx)
+    w.respond_answer(w.answer(b.id, allow_retired=True), deps)
+
+
+def op_skip(w: World, deps: Deps, ctx: Ctx) -> None:
+    b = _bundle(w, ctx)
+    w.respond_answer(w.answer(b.id, outcome="rejected", allow_retired=True), deps)
+
+
+def op_confirm(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.wait_and_confirm(_bundle(w, ctx).id, deps)
+
+
+def op_wait(w: World, deps: Deps, ctx: Ctx) -> None:
+    responses.wait(deps, agent_of(ctx["main"]), _bundle(w, ctx).id, timeout=0)
+
+
+def op_watchdog(w: World, deps: Deps, ctx: Ctx) -> None:
+    s = deps.store.get_session(ctx["main"])
+    if s is None or s.watchdog is None:
+        raise _Invalid("no watchdog armed")
+    w.clock.advance(max(0.0, (parse_iso(s.watchdog.due) - w.clock.now).total_seconds()) + 1)
+    watchdog.fire(deps, deps.store.get_session(ctx["main"]))  # type: ignore[arg-type]
+
+
+def op_send(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.send_answer(w.message_answer(ctx["main"]), deps)
+
+
+def op_steer(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.agent.steering = True
+    a = w.message_answer(ctx["main"])
+    a.body["delivery"] = "steer"
+    w.send_answer(a, deps)
+
+
+def op_turn_completed(w: World, deps: Deps, ctx: Ctx) -> None:
+    """The agent ends its turn (the completion pass runs, then the queue drains)."""
+    w.frames(ctx["main"], w.frame(ctx["main"], "turn_completed"), deps=deps)
+
+
+def op_agent_output(w: World, deps: Deps, ctx: Ctx) -> None:
+    """Agent output with no turn open (it starts one), then the agent ends that turn."""
+    sid = ctx["main"]
+    w.frames(sid, w.frame(sid, "message", content="working on it"), w.frame(sid, "turn_completed"), deps=deps)
+
+
+def op_ready(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.frames(ctx["main"], w.frame(ctx["main"], "ready"), deps=deps)
+
+
+def op_cancel_ack(w: World, deps: Deps, ctx: Ctx) -> None:
+    """The acknowledgement of another prompt's cancellation (not the one a watchdog captured): activity."""
+    s = _session(w, ctx)
+    w.frames(ctx["main"], w.frame(ctx["main"], "cancel_ack", prompt_generation=max(0, s.generation - 1)),
+             deps=deps)
+
+
+def op_agent_failed(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.agent.end(ctx["main"])  # the runtime itself ends the session: it takes no prompt any more
+    w.frames(ctx["main"], w.frame(ctx["main"], "state", state="FAILED"), deps=deps)
+
+
+def op_late_answer(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.send_answer(w.late_answer(_bundle(w, ctx).id), deps)
+
+
+def op_late_steer(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.agent.steering = True
+    a = w.late_answer(_bundle(w, ctx).id)
+    a.body["delivery"] = "steer"
+    w.send_answer(a, deps)
+
+
+def op_withdraw(w: World, deps: Deps, ctx: Ctx) -> None:
+    """The agent withdraws its own question (agentctl's cancel of a clarification)."""
+    clarifications.cancel(deps, agent_of(ctx["main"]), _bundle(w, ctx).id)
+
+
+def op_new_session(w: World, deps: Deps, ctx: Ctx) -> None:
+    sessions.create_session(deps, USER, w.task_id, commands.create_session({"prompt": "another angle"}))
+
+
+def op_stream(w: World, deps: Deps, ctx: Ctx) -> None:
+    """The stream function catches up (turn records, the task's pending-action projection, events)."""
+    w.pump(deps)
+
+
+def op_delete_question(w: World, deps: Deps, ctx: Ctx) -> None:
+    history.delete_message(deps, USER, ctx["main"], _bundle(w, ctx).message_id)
+
+
+def op_delete_prompt(w: World, deps: Deps, ctx: Ctx) -> None:
+    s = _session(w, ctx)
+    if s.prompt is None:
+        raise _Invalid("no message to delete")
+    history.delete_message(deps, USER, ctx["main"], s.prompt.message_id)
+
+
+def op_dismiss(w: World, deps: Deps, ctx: Ctx) -> None:
+    responses.dismiss(deps, USER, _bundle(w, ctx).id)
+
+
+def op_cancel_session(w: World, deps: Deps, ctx: Ctx) -> None:
+    sessions.cancel_session(deps, USER, ctx["main"])
+
+
+def op_workflow(w: World, deps: Deps, ctx: Ctx) -> None:
+    workflow.transition(deps, USER, w.task_id, commands.transition({"to_step": "review"}))
+
+
+def op_reconcile(w: World, deps: Deps, ctx: Ctx) -> None:
+    reconcile(deps, before_traffic=True)
+
+
+def op_reconcile_scheduled(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.clock.advance(w.deps.settings.owner_window.total_seconds() + 1)
+    reconcile(deps, before_traffic=False)
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    setup: Callable[[World], Ctx]  # a world in which the operation is valid when paused
+    run: Callable[[World, Deps, Ctx], Any]
+
+
+CATALOG = [
+    Operation("ask", s_running, op_ask),
+    Operation("detach", s_live, op_detach),
+    Operation("respond live", s_live, op_respond_live),
+    Operation("respond, nobody confirms", s_live, op_respond),
+    Operation("respond detached", s_detached, op_respond),
+    Operation("skip live", s_live, op_skip),
+    Operation("skip detached", s_detached, op_skip),
+    Operation("confirm", s_claimed, op_confirm),
+    Operation("wait", s_live, op_wait),
+    Operation("watchdog fallback", s_watchdog_due, op_watchdog),
+    Operation("send", s_idle, op_send),
+    Operation("queue", s_running, op_send),
+    Operation("steer", s_running, op_steer),
+    Operation("turn completed, queue drained", s_queued, op_turn_completed),
+    Operation("ready", s_running, op_ready),
+    Operation("agent output with no turn open", s_idle, op_agent_output),
+    Operation("cancel_ack", s_watchdog_due, op_cancel_ack),
+    Operation("state FAILED", s_running, op_agent_failed),
+    Operation("late answer", s_superseded, op_late_answer),
+    Operation("delete a question", s_superseded, op_delete_question),
+    Operation("delete the message just sent", s_running, op_delete_prompt),
+    Operation("dismiss", s_superseded, op_dismiss),
+    Operation("cancel the session", s_live, op_cancel_session),
+    Operation("workflow transition", s_idle, op_workflow),
+    Operation("agent withdraws its question", s_live, op_withdraw),
+    Operation("create a session with a prompt", s_idle, op_new_session),
+    Operation("steer a late answer", s_superseded_running, op_late_steer),
+    Operation("send, the agent refuses", s_refusing, op_send),
+    Operation("respond detached, the agent's reply lost", s_resume_reply_lost, op_respond),
+    Operation("stream catches up", s_unpumped, op_stream),
+    Operation("reconciler before traffic", s_broken, op_reconcile),
+    Operation("reconciler retires a moved-on claim", s_broken_moved_on, op_reconcile),
+    Operation("reconciler sets apart an unrepairable session", s_unrepairable, op_reconcile),
+    Operation("reconciler scheduled", s_broken, op_reconcile_scheduled),
+]
+
+
+# ------------------------------------------------------------------ one case
+@dataclass
+class Case:
+    operation: str
+    boundary: str
+    interferer: str
+    valid: bool  # the interferer could act (it found something to act on)
+    problems: list[str]
+
+
+def world() -> World:
+    return World(GuardOracle())
+
+
+def boundaries(op: Operation) -> list[str]:
+    w = world()
+    ctx = _setup(op, w)
+    gate = Gate()
+    _run(op, w, _paused_deps(w, gate), ctx)
+    return gate.passed
+
+
+def _setup(op: Operation, w: World) -> Ctx:
+    ctx = op.setup(w)
+    if not ctx.get("unpumped"):
+        w.pump()
+    if ctx.get("agent_script"):
+        w.agent.script(*ctx["agent_script"])
+    return ctx
+
+
+def _paused_deps(w: World, gate: Gate) -> Deps:
+    return replace(w.deps, store=PausingStore(w.store, gate), agentctl=PausingAgent(w.agent, gate))
+
+
+# Answers a user is told were refused (the question moved on, someone else answered, the session ended...):
+# the client holds them (and may send them as a new message), so they are not in flight any more.
+REFUSALS = (ClarificationActive, ClarificationInactive, SessionUnavailable, NotFound, QueueFull, ValidationError,
+            PendingClarification, IdempotencyMismatch)
+
+
+def _run(op: Operation, w: World, deps: Deps, ctx: Ctx) -> str:
+    before = len(w.answers)
+    try:
+        op.run(w, deps, ctx)
+        return "ok"
+    except _Invalid:
+        return "invalid"
+    except REFUSALS as exc:
+        del w.answers[before:]
+        return type(exc).__name__
+    except (DomainError, ReconcileFailed) as exc:
+        return type(exc).__name__
+
+
+def case(op: Operation, index: int, other: Operation) -> Case:
+    w = world()
+    ctx = _setup(op, w)
+    w.freeze()
+    gate = Gate(index)
+    outcome: list[str] = []
+    paused = Paused(lambda: outcome.append(_run(op, w, _paused_deps(w, gate), ctx)), gate)
+    problems: list[str] = []
+    if not paused.pause():
+        problems.append(f"never reached boundary {index}")
+    label = gate.passed[index] if len(gate.passed) > index else "?"
+    interfered = _run(other, w, w.deps, ctx)
+    error = paused.finish()
+    if error is not None:
+        problems.append(f"(10) {op.name} crashed: {type(error).__name__}: {error}")
+    problems += _agent_after_end(w)
+    memory = w.memory
+    assert isinstance(memory, GuardOracle)
+    problems += memory.violations
+    problems += settle(w)
+    problems += _agent_after_end(w, stage="eventually")
+    return Case(op.name, label, other.name, interfered != "invalid", problems)
+
+
+def _agent_after_end(w: World, stage: str = "after the race") -> list[str]:
+    """(8) A prompt the agent took for a session that was cancelled or ended when it arrived."""
+    return [f"{stage}: (8) the agent took a prompt for {c.request.session_id} after it ended ({c.state_seen})"
+            for c in w.agent.prompt_calls if c.outcome != "reject" and c.state_seen in _ENDED]
+
+
+_ENDED = {State.CANCELLED, State.FAILED, State.COMPLETED}
+
+
+def explore(catalog: list[Operation], sample: Callable[[Operation, int, Operation], bool] | None = None,
+            ) -> tuple[list[Case], set[str]]:
+    cases: list[Case] = []
+    reached: set[str] = set()
+    for op in catalog:
+        labels = boundaries(op)
+        reached |= {label.split(".", 1)[1] for label in labels if label.startswith(("before store.",))}
+        for index in range(len(labels)):
+            for other in catalog:
+                if other is op or (sample is not None and not sample(op, index, other)):
+                    continue
+                cases.append(case(op, index, other))
+    return cases, reached
+
+
+def test_interleavings__every_operation_raced_at_every_boundary__invariants_hold() -> None:
+    started = time.perf_counter()
+    cases, reached = explore(CATALOG)
+    elapsed = time.perf_counter() - started
+    failed = [c for c in cases if c.problems]
+    valid = sum(c.valid for c in cases)
+    print(f"\ninterleaving explorer: {len(cases)} cases ({len(CATALOG)} operations x their boundaries x "
+          f"{len(CATALOG) - 1} interferers; {valid} with the interferer acting), {len(reached)} write "
+          f"boundaries reached; {elapsed:.1f} s")
+    report = [f"[{c.operation} | paused {c.boundary} | {c.interferer}] {p}" for c in failed for p in c.problems]
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text("\n".join([f"{len(cases)} cases, {valid} with the interferer acting; {elapsed:.1f} s",
+                                 f"violations: {len(report)}", *report]) + "\n")
+    assert not report, f"{len(report)} invariant violations:\n" + "\n".join(report[:40])
+    unreached = WRITE_METHODS - reached - set(ALLOWED_UNREACHED)
+    assert not unreached, f"write boundaries no operation reaches: {sorted(unreached)}"
+    assert valid > len(cases) // 2
+
+
+@pytest.mark.parametrize("name", [op.name for op in CATALOG])
+def test_interleavings__catalog_operation__valid_in_its_own_world(name: str) -> None:
+    op = next(o for o in CATALOG if o.name == name)
+    w = world()
+    ctx = _setup(op, w)
+    assert _run(op, w, w.deps, ctx) != "invalid"
+    assert boundaries(op), f"{name} passes no durable boundary"
