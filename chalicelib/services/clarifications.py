@@ -92,8 +92,15 @@ def detach_bundle(deps: Deps, session: Session, bundle_id: str) -> tuple[Session
 
 
 def detach(deps: Deps, caller: Caller, clarification_id: str) -> list[str]:
+    """The agent stops waiting. When its turn is already over, a message queued behind the question goes
+    out now (the question no longer holds the queue)."""
     session, bundle = bundle_for_agent(deps, caller, clarification_id)
-    return detach_bundle(deps, session, bundle.id)[1]
+    session, rows = detach_bundle(deps, session, bundle.id)
+    if rows:
+        from . import messages  # messages -> dispatch -> ...: imported where used
+
+        messages.drain(deps, session)
+    return rows
 
 
 def pause_for_input(deps: Deps, session: Session, bundle_id: str, expected_turn_id: str | None) -> bool:

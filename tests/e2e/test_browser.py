@@ -119,7 +119,11 @@ def test_late_answer__inactive_result__answers_kept_and_sent_as_message(ui: Ui, 
     ui.wait_route(session_route(task, session))
     expect(ui.overlay()).to_contain_text("stopped waiting")
 
-    pump.pause()  # the client does not hear about the newer turn: its overlay goes stale
+    # The client does not hear about the newer turn: no events, and a transcript refresh already on its way
+    # (an earlier event) cannot reach the server either. Its overlay goes stale.
+    pump.pause()
+    stale = "**/sessions/*/transcript*"
+    ui.page.route(stale, lambda route: route.abort())
     assert flow.send(session, "[hang] newer work")["admission"] == "sent"
     ui.overlay().get_by_label("Option A").check()
     ui.shot("stale-overlay")
@@ -127,6 +131,7 @@ def test_late_answer__inactive_result__answers_kept_and_sent_as_message(ui: Ui, 
 
     # 409 clarification_inactive: the answer continues as an ordinary message, never as tool delivery
     expect(ui.entry(cid).locator("[data-admission]")).to_contain_text("Queued")
+    ui.page.unroute(stale)
     pump.resume()
     expect(ui.overlay()).to_have_count(0)
     expect(ui.entry(cid)).to_have_attribute("data-state", "superseded")

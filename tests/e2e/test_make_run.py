@@ -115,25 +115,53 @@ def test_make_run__message__agent_reply_events_and_clean_stop(shared_emulator: E
         assert again.stop() in CTRL_C_EXIT
 
 
-def test_make_run__reconciler_fails__refuses_to_start(shared_emulator: EmulatorThread) -> None:
-    """A broken aggregate makes the before-traffic reconciler fail: the run command must not serve."""
+def _broken_aggregate(endpoint: str) -> Any:
     from scripts.local.stack import aws_clients
-    client = aws_clients(shared_emulator.url)[0]
+    client = aws_clients(endpoint)[0]
     from chalicelib.store import tables
     os.environ["CLARIFY_TABLE_PREFIX"] = "clarify-local-"
     from chalicelib import bootstrap
     bootstrap.configure_tables()
     tables.create_tables(client)
+    return client
+
+
+def test_make_run__unrepairable_aggregate__set_apart_and_the_stack_serves(shared_emulator: EmulatorThread) -> None:
+    """An aggregate no repair fits does not hold traffic: the reconciler quarantines it, says so, and the
+    stack serves with /health naming the count (the operator releases it with scripts/clarify-ops)."""
+    client = _broken_aggregate(shared_emulator.url)
     client.put_item(TableName="clarify-local-sessions", Item={
         "session_id": {"S": "broken"}, "workspace_id": {"S": "w"}, "task_id": {"S": "t"},
         "created_at": {"S": "x"}, "updated_at": {"S": "x"}, "state": {"S": "WAITING_FOR_INPUT"},
         "version": {"N": "1"}, "bundles": {"M": {}}, "recon_shard": {"S": "due"}, "recon_due": {"S": "x"},
         # a reservation without its predecessor turn is malformed recovery metadata
         "reservation": {"M": {"turn_id": {"S": "t2"}, "attempted": {"BOOL": False}}}})
+    run = Run(shared_emulator.url)
+    try:
+        assert re.search(r"reconciler: .*quarantined.*broken", "".join(run.output)), "".join(run.output)
+        health = requests.get(run.url + "/health", timeout=5).json()
+        assert health["quarantined_sessions"] == 1 and health["ready"] is True, health
+    finally:
+        assert run.stop() in CTRL_C_EXIT
+        client.delete_item(TableName="clarify-local-sessions", Key={"session_id": {"S": "broken"}})
+
+
+def test_make_run__reconciler_fails__refuses_to_start(shared_emulator: EmulatorThread) -> None:
+    """The before-traffic reconciler cannot run at all (its sessions table is not what the code expects):
+    the run command must not serve."""
+    from scripts.local.stack import aws_clients
+    client = aws_clients(shared_emulator.url)[0]
+    if "clarify-local-sessions" in client.list_tables()["TableNames"]:  # the emulator's state is per process
+        client.delete_table(TableName="clarify-local-sessions")
+    client.create_table(TableName="clarify-local-sessions", BillingMode="PAY_PER_REQUEST",
+                        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+                        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}])
     env = {**os.environ, "AWS_ENDPOINT_URL": shared_emulator.url, "CLARIFY_API_PORT": str(free_port()),
            "CLARIFY_AGENT_PORT": str(free_port())}
-    done = subprocess.run(["make", "--no-print-directory", "run"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    try:
+        done = subprocess.run(["make", "--no-print-directory", "run"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        client.delete_table(TableName="clarify-local-sessions")
     assert done.returncode != 0
-    assert re.search(r"make run failed: .*broken", done.stdout + done.stderr)
-    client.delete_item(TableName="clarify-local-sessions", Key={"session_id": {"S": "broken"}})
+    assert re.search(r"make run failed: .*reconciler failed", done.stdout + done.stderr), done.stdout + done.stderr

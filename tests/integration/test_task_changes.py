@@ -17,6 +17,8 @@ def test_patch_task__title__200_task_and_task_updated_event(stack: LocalStack, u
     assert resp.status_code == 200, resp.text
     assert resp.json()["title"] == "Final name" and resp.json()["id"] == task["id"]
     assert user.get(f"/tasks/{task['id']}").json()["title"] == "Final name"
+    assert stack.pump is not None
+    stack.pump.drain()  # the tasks table's stream function publishes it
     assert [e["payload"]["title"] for e in _events(user, "task.updated")] == ["Final name"]
 
 
@@ -43,6 +45,8 @@ def test_delete_task__live_sessions_cancelled_then_404_everywhere(stack: LocalSt
     assert user.get(f"/tasks/{task['id']}").status_code == 404
     assert user.get(f"/tasks/{task['id']}/sessions").status_code == 404
     assert user.get(f"/sessions/{session['id']}").json()["state"] == "CANCELLED"
+    assert stack.pump is not None
+    stack.pump.drain()
     assert [e["task_id"] for e in _events(user, "task.deleted")] == [task["id"]]
     again = user.call("DELETE", f"/tasks/{task['id']}")
     assert again.status_code == 404 and again.json()["error"]["code"] == "not_found"
