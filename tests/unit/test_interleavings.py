@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +392,10 @@ class Case:
     interferer: str
     valid: bool  # the interferer could act (it found something to act on)
     problems: list[str]
+    outcome: str = ""  # what the paused operation ended with ("ok", or the domain error's name)
+    interfered: str = ""  # what the interferer ended with
+    world: World | None = field(default=None, repr=False)
+    ctx: Ctx = field(default_factory=dict, repr=False)
 
 
 def world() -> World:
@@ -439,6 +443,13 @@ def _run(op: Operation, w: World, deps: Deps, ctx: Ctx) -> str:
         return type(exc).__name__
 
 
+def run_case(operation: str, boundary: str, interferer: str) -> Case:
+    """One named case (for regression tests): `boundary` is a label such as 'before agentctl.prompt'."""
+    op = next(o for o in CATALOG if o.name == operation)
+    other = next(o for o in CATALOG if o.name == interferer)
+    return case(op, boundaries(op).index(boundary), other)
+
+
 def case(op: Operation, index: int, other: Operation) -> Case:
     w = world()
     ctx = _setup(op, w)
@@ -460,7 +471,8 @@ def case(op: Operation, index: int, other: Operation) -> Case:
     problems += memory.violations
     problems += settle(w)
     problems += _agent_after_end(w, stage="eventually")
-    return Case(op.name, label, other.name, interfered != "invalid", problems)
+    return Case(op.name, label, other.name, interfered != "invalid", problems, outcome[0] if outcome else "",
+                interfered, w, ctx)
 
 
 def _agent_after_end(w: World, stage: str = "after the race") -> list[str]:
@@ -483,7 +495,7 @@ def explore(catalog: list[Operation], sample: Callable[[Operation, int, Operatio
             for other in catalog:
                 if other is op or (sample is not None and not sample(op, index, other)):
                     continue
-                cases.append(case(op, index, other))
+                cases.append(replace(case(op, index, other), world=None, ctx={}))  # keep the verdict only
     return cases, reached
 
 
