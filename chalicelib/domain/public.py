@@ -70,7 +70,9 @@ def message_view(message: Message) -> dict[str, Any]:
     if meta.get("queued"):
         view["queued"] = True
     if meta.get("not_sent"):
-        view["not_sent"] = str(meta["not_sent"])  # queued when the session ended: never sent
+        view["not_sent"] = str(meta["not_sent"])  # session_ended (queued then) | agent_refused
+    if meta.get("delivery_unknown"):
+        view["delivery_unknown"] = True  # the connection broke while sending: it may not have arrived
     return view
 
 

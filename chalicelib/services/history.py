@@ -1,11 +1,12 @@
 """Transcript and turn history: durable history merged with the aggregate, never staler than it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..auth.tokens import Caller
 from ..domain.errors import ConditionFailed, Contended, NotFound
-from ..domain.model import Message, Session, TurnRecord
+from ..domain.model import Dispatch, Message, Prompt, Session, TurnRecord
 from ..domain.rules import published_turn
 from .access import session_for_user
 from .deps import Deps
@@ -27,8 +28,12 @@ def _with_prompt(session: Session, messages: list[Message]) -> list[Message]:
     """The user's latest message is in the transcript as soon as it was admitted (read-your-writes), before
     the stream function copied it into history."""
     p = session.prompt
-    if p is None or p.hidden or p.author_id.startswith("system:") or any(m.id == p.message_id for m in messages):
+    if p is None or p.hidden or p.author_id.startswith("system:"):
         return messages
+    note = delivery_note(p)
+    if any(m.id == p.message_id for m in messages):  # stored when admitted; how its dispatch ended is newer
+        return [replace(m, meta={**(m.meta or {}), **note}) if m.id == p.message_id and note else m
+                for m in messages]
     return [*messages, prompt_message(session, _prompt_seq(session))]
 
 
@@ -96,10 +101,20 @@ def prompt_message(session: Session, turn_seq: int) -> Message:
     """The transcript message of the session's latest prompt (the stream function stores the same one)."""
     assert session.prompt is not None
     p = session.prompt
+    meta = {**({"in_reply_to": dict(p.reply_to)} if p.reply_to else {}), **delivery_note(p)}
     return Message(id=p.message_id, session_id=session.id, workspace_id=session.workspace_id,
                    task_id=session.task_id, turn_id=p.turn_id, turn_seq=turn_seq, author_type="user",
-                   type="message", content=p.content, created_at=p.created_at,
-                   meta={"in_reply_to": dict(p.reply_to)} if p.reply_to else None)
+                   type="message", content=p.content, created_at=p.created_at, meta=meta or None)
+
+
+def delivery_note(p: Prompt) -> dict[str, Any]:
+    """What the transcript says of a message whose dispatch ended badly: the agent refused it (never sent),
+    or the connection broke while sending and nobody can know whether it arrived (never resent)."""
+    if p.dispatch == Dispatch.REJECTED:
+        return {"not_sent": "agent_refused"}
+    if p.dispatch == Dispatch.ATTEMPTED and p.deadline is None:
+        return {"delivery_unknown": True}
+    return {}
 
 
 def delete_message(deps: Deps, caller: Caller, session_id: str, message_id: str) -> None:

@@ -23,6 +23,7 @@ from ..domain.errors import (
     ClarificationActive,
     ClarificationInactive,
     ConditionFailed,
+    DispatchAmbiguous,
     DispatchFailed,
     DomainError,
     IdempotencyMismatch,
@@ -38,6 +39,7 @@ from ..store.protocol import Remembered
 from .access import session_for_user
 from .deps import Deps
 from .dispatch import dispatch_prompt
+from .history import delivery_note
 from .retry import fresh_session, on_conflict
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,9 @@ def _replay(remembered: Remembered, fingerprint: str, session: Session) -> Admis
     p = session.prompt
     if p is not None and p.message_id == r.get("message_id") and p.dispatch == Dispatch.REJECTED:
         raise DispatchFailed("the agent did not accept this message", message_id=p.message_id)
+    if p is not None and p.message_id == r.get("message_id") and delivery_note(p).get("delivery_unknown"):
+        raise DispatchAmbiguous("the connection to the agent broke while this message was being sent: it may "
+                                "not have arrived, and is never sent twice", message_id=p.message_id)
     return Admission(str(r["message_id"]), str(r["admission"]), r.get("turn_id"), replayed=True)
 
 

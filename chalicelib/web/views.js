@@ -323,8 +323,14 @@ function renderMessage(state, m, overlayCid) {
     h("div.meta", {}, h("span.who", {}, thinking ? "Agent (thinking)" : user ? "You" : "Agent"), when(m.created_at)),
     h("div.body", {}, thinking ? m.content ?? "" : md(parseMarkdown(m.content ?? ""))),
     m.queued ? h("p.echo-status", {}, echoStatusText({ status: "queued" })) : null,
-    m.not_sent ? h("p.echo-status.not-sent", {}, "Not sent: the session ended before the agent took it") : null);
+    m.not_sent ? h("p.echo-status.not-sent", {}, NOT_SENT[m.not_sent] ?? "Not sent") : null,
+    m.delivery_unknown ? h("p.echo-status.not-sent", {}, "May not have reached the agent: the connection broke while sending. Send it again if the agent did not act on it") : null);
 }
+
+const NOT_SENT = {
+  session_ended: "Not sent: the session ended before the agent took it",
+  agent_refused: "Not sent: the agent did not accept it. Send it again",
+};
 
 function renderEcho(echo) {
   const failed = echo.status === "failed" || echo.status === "unknown";
