@@ -37,6 +37,10 @@ class Settings:
     ask_lease: timedelta = timedelta(seconds=30)
     idempotency_ttl: timedelta = timedelta(days=1)
     queue_cap: int = 10
+    # What asks and user messages may fill a session item with (UTF-8 bytes, by DynamoDB's size rules). The
+    # rest, up to DynamoDB's 400 KB item limit, is headroom every other write (answers, detach, frames,
+    # cancel, the reconciler) can always rely on.
+    session_budget_bytes: int = 300 * 1024
     bus_attempts: int = 3  # tries per bus entry within one publication before it is reported as failed
     bus_backoff: float = 0.2  # seconds before the second try, doubling after
 

@@ -35,8 +35,10 @@ from ..domain.errors import (
 from ..domain.model import INPUT_CAPABLE_STATES, Dispatch, Message, Prompt, Session, Turn
 from ..domain.respond import LateAnswer, late_answer
 from ..domain.rules import bundle_is_active, input_capable
+from ..store import codec
 from ..store.protocol import Remembered
 from .access import session_for_user
+from .budget import ensure_room
 from .deps import Deps
 from .dispatch import dispatch_prompt
 from .history import delivery_note
@@ -155,6 +157,7 @@ def _send(deps: Deps, caller: Caller, session: Session, client_message_id: str, 
           late: LateAnswer | None, remember: tuple[str, str] | None) -> Admission:
     turn = Turn(id=deps.new_id(), seq=session.turn_seq + 1, started_at=deps.now())
     prompt = _prompt(deps, caller, session, client_message_id, text, late, turn.id)
+    ensure_room(deps, session, "content", codec.prompt_to_item(prompt))
     admission = Admission(prompt.message_id, "sent", turn.id)
     entry = _remembered(deps, remember, admission.as_dict())
     session = deps.store.admit(session.id, prompt, start=turn,
@@ -179,6 +182,7 @@ def _queue(deps: Deps, caller: Caller, session: Session, client_message_id: str,
         raise QueueFull(f"the session already queues {len(session.queue)} messages; send again once the "
                         "agent's turn ends")
     prompt = _prompt(deps, caller, session, client_message_id, text, late, "")
+    ensure_room(deps, session, "content", codec.prompt_to_item(prompt))
     admission = Admission(prompt.message_id, "queued", None)
     deps.store.admit(session.id, prompt, start=None, expected_turn_id=session.current_turn.id,
                      from_states=INPUT_CAPABLE_STATES, link_bundle=late.bundle_id if late else None,

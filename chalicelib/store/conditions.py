@@ -125,6 +125,11 @@ def delivery_unconfirmed(bundle_id: str, delivery_id: str) -> Clause:
     return all_of((Equals((*path, "delivery_id"), delivery_id), Missing((*path, "confirmed_at"))))
 
 
+def delivery_live(bundle_id: str) -> Clause:
+    """A live claim: the waiter's confirmation loses to the responder's fall-through (mode detached)."""
+    return Equals(("bundles", bundle_id, "delivery", "mode"), "live")
+
+
 def delivery_is(bundle_id: str, delivery_id: str) -> Clause:
     """Only the claim the caller handled is finalised."""
     return Equals(("bundles", bundle_id, "delivery", "delivery_id"), delivery_id)

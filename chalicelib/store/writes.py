@@ -247,8 +247,9 @@ class ConditionalWrites:
 
     def confirm_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
                          watchdog: Watchdog | None, at: str) -> Session:
-        """Retire the intent, only for this exact, still-unconfirmed claim (a restore cannot have won)."""
-        w = _Builder().require(c.delivery_unconfirmed(bundle_id, delivery_id))
+        """Retire the intent, only for this exact, still-unconfirmed live claim (neither a restore nor the
+        responder's fall-through to a resume can have won)."""
+        w = _Builder().require(c.delivery_unconfirmed(bundle_id, delivery_id), c.delivery_live(bundle_id))
         w.put(_delivery(bundle_id, "confirmed_at"), at).put(_delivery(bundle_id, "result"), result)
         if watchdog is not None:
             w.put(("watchdog",), codec.watchdog_to_item(watchdog)).deadline(watchdog.due)

@@ -21,6 +21,7 @@ from chalice.local import (
     LocalGatewayException,
     NotAuthorizedError,
     RouteMatcher,
+    ThreadedHTTPServer,
 )
 
 from chalicelib.api.errors import error_json
@@ -84,9 +85,17 @@ def isolate_requests(app: Any) -> Any:
     return app
 
 
+class _Gateway(ThreadedHTTPServer):
+    """Chalice's threaded dev server with a listen backlog like a gateway's: the default of 5 resets
+    connections when a few dozen clients (two devices' retries, a load test) connect at once."""
+
+    request_queue_size = 128
+
+
 def make_server(app: Any, host: str = "127.0.0.1", port: int = 8000, stage: str = "local") -> LocalDevServer:
     config = Config(chalice_stage=stage, config_from_disk=_config(), user_provided_params={})
-    return LocalDevServer(isolate_requests(app), config, host, port, handler_cls=GatewayHandler)
+    return LocalDevServer(isolate_requests(app), config, host, port, handler_cls=GatewayHandler,
+                          server_cls=_Gateway)
 
 
 def _config() -> dict[str, Any]:

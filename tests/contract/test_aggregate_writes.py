@@ -205,6 +205,12 @@ CASES = [
          and s.watchdog == watchdog(s.bundles[0].id)),
     Case("confirm_delivery/another claim", claimed,
          lambda st, s: st.confirm_delivery(s.id, b1(s), "d9", result="live", watchdog=None, at=AT), None),
+    # The waiter read the live claim, then the responder fell through to a resume: the confirmation that
+    # follows must lose (else the answer is both handed over live and resumed).
+    Case("confirm_delivery/the claim fell through to a resume meanwhile",
+         reserved,
+         lambda st, s: st.confirm_delivery(s.id, b1(s), "d1", result="live", watchdog=watchdog(b1(s)), at=AT),
+         None),
     Case("retire_claim", lambda sid: replace(claimed(sid), current_turn=T2, turn_seq=2),
          lambda st, s: st.retire_claim(s.id, b1(s), "d1", ["q1", "q2"], outcome="answered", at=AT),
          lambda s: rows_of(s, b1(s)) == {"q1": ("pending", False, None), "q2": ("pending", False, None)}

@@ -873,3 +873,44 @@ def test_list_tasks__stored_summary_misses_a_real_question__repaired(flow: Flow,
 
     assert summary["pending_action"] == "clarification"
     assert summary["revision"] == stored.summary.revision + 2
+
+
+# ====================================================================== the session's byte budget
+def _max_bundle() -> dict[str, Any]:
+    """The largest bundle validation lets through, in 4-byte emoji: ~166 KB of UTF-8 (41,600 characters)."""
+    e = "\U0001F600"
+    return {"context": e * 4000, "questions": [
+        {"title": e * 200, "prompt": e * 2000,
+         "options": [{"label": e * 200, "description": e * 1000} for _ in range(6)]} for _ in range(4)]}
+
+
+def test_ask__emoji_bundles_past_the_byte_budget__409_session_full_and_every_other_route_still_works(
+        flow: Flow) -> None:
+    """Was: two maximum bundles of emoji pushed the item to DynamoDB's 400 KB limit; from then on every write,
+    cancel included, answered 503 and the reconciler could not repair it."""
+    sid = flow.session()
+    first = flow.ask_raw(sid, _max_bundle())
+    assert first.status_code == 201, first.text
+    before = flow.stored(sid)
+
+    refused = flow.ask_raw(sid, _max_bundle())
+
+    error = refused.json()["error"]
+    assert (refused.status_code, error["code"], error["details"]["field"]) == (409, "session_full", "questions")
+    assert error["retryable"] is False and "budget" in error["message"]
+    assert flow.stored(sid).version == before.version  # nothing written
+    # Messages queued behind the open turn, 64 KB each: the budget refuses one before the item is full.
+    posted = [flow.post(sid, "\U0001F600" * 16_000, cmid=f"big-{n}") for n in range(3)]
+    assert [p.status_code for p in posted] == [201, 201, 409], [p.text[:200] for p in posted]
+    assert posted[-1].json()["error"]["details"]["field"] == "content"
+    # Everything else keeps working on the full session: the agent's calls, the user's answer, cancel.
+    cid = first.json()["clarification_id"]
+    assert flow.wait(cid, timeout=0).status_code == 200
+    assert flow.frame(sid, "message", content="still here")
+    assert flow.detach(cid)
+    answers = [{"question_id": q["question_id"], "selected_options": [q["options"][0]["option_id"]]}
+               for q in flow.entry(cid)["questions"]]  # type: ignore[index]
+    assert flow.respond(cid, {"answers": answers}).status_code == 200
+    assert flow.transcript(sid)["messages"]
+    assert flow.cancel_session(sid)["state"] == "CANCELLED"
+    assert flow.user.get("/tasks").status_code == 200

@@ -463,3 +463,31 @@ def test_watchdog__clarification_turn_superseded__no_cancel_and_no_prompt(flow: 
     assert len(flow.prompts(sid)) == prompts and flow.cancels(sid) == []
     session = flow.stored(sid)
     assert session.watchdog is None and session.current_turn is not None and session.current_turn.id == newer
+
+
+@pytest.mark.parametrize("where", ["detached", "live"])
+def test_respond__20_concurrent_retries_with_one_idempotency_key__all_get_the_original_result(
+        flow: Flow, where: str) -> None:
+    """Was 7 × 200 and 13 × 409: a retry racing the in-flight claim waits for it and gets its result."""
+    sid, cid = flow.detached() if where == "detached" else flow.waiting()
+    confirmer = None
+    if where == "live":  # the agent's waiter takes the claim and confirms it
+        confirmer = threading.Thread(target=lambda: flow.confirm(cid, flow.take_claim(cid)["delivery_id"]),
+                                     daemon=True)
+        confirmer.start()
+    gate = threading.Barrier(20)
+
+    def retry(_: int) -> requests.Response:
+        gate.wait(timeout=30)
+        return flow.respond(cid, ANSWER, key="same-key")
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        told = list(pool.map(retry, range(20), timeout=120))
+    if confirmer is not None:
+        confirmer.join(60)
+
+    assert {r.status_code for r in told} == {200}, sorted({(r.status_code, r.text[:160]) for r in told})
+    expected = {"clarification_id": cid, "status": "answered",
+                "delivery": "resumed" if where == "detached" else "live"}
+    assert all(r.json() == expected for r in told), {r.text for r in told}
+    if where == "detached":
+        assert len([p for p in flow.prompts(sid) if "Which database?" in p["text"]]) == 1

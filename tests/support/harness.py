@@ -36,6 +36,7 @@ from chalicelib.services.projection import refresh_task_summary, task_summary
 from chalicelib.store import codec
 from chalicelib.store.memory import MemoryStore
 from tests.support.crash import CrashingStore, KillPoint, ProcessDied, SessionTap
+from tests.support.fakes import CounterIds
 from tests.support.world import World as BaseWorld
 from tests.support.world import agent_of
 
@@ -78,11 +79,11 @@ def answers_body(marker: str) -> dict[str, Any]:
 class World(BaseWorld):
     """One deterministic installation: MemoryStore behind a stream tap, fake agent, step clock, counter ids."""
 
-    def __init__(self, memory: MemoryStore | None = None) -> None:
+    def __init__(self, memory: MemoryStore | None = None, ids: str = "id") -> None:
         super().__init__(SessionTap(memory or MemoryStore()), step_ms=1,
                          settings=Settings(deployment_id="crash-harness"))
         self.sleep_hook: Callable[[float], None] | None = None
-        self.deps = replace(self.deps, sleep=self._sleep)
+        self.deps = replace(self.deps, sleep=self._sleep, new_id=CounterIds(ids))
         self.handoffs: list[str] = []  # what live waiters returned to the agent
         self.answers: list[Answer] = []
         self.pumped = 0
@@ -344,6 +345,8 @@ class World(BaseWorld):
                 problems.append(f"(1) terminal ({result}) without a successor turn")
             if result == "resumed" and len(carrying) != 1:
                 problems.append(f"(1) resumed, but {len(carrying)} prompts carried the answer")
+            if any(a.marker in h for h in self.handoffs):
+                problems.append(f"(2) {result}, yet a live waiter was also handed the answer")
             return result, problems
         if result == "recorded" and a.outcome == "rejected":
             return "recorded", problems

@@ -15,6 +15,9 @@ it. A sample of the cases (every operation pair at least once) also runs on the 
 """
 from __future__ import annotations
 
+import itertools
+import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -39,10 +42,16 @@ from chalicelib.domain.model import Bundle, Session, State, Task
 from chalicelib.domain.rules import active_bundles
 from chalicelib.domain.time import parse_iso
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
-from chalicelib.services import clarifications, history, responses, sessions, watchdog, workflow
+from chalicelib.services import clarifications, history, responses, resume, sessions, watchdog, workflow
 from chalicelib.services.deps import Deps
+from chalicelib.store import codec
 from chalicelib.store.document import Write
+from chalicelib.store.dynamo import DynamoStore
+from chalicelib.store.expr import to_attr
 from chalicelib.store.memory import MemoryStore
+from chalicelib.store.models import TaskRecord
+from scripts.local.emulator import EmulatorThread
+from tests.contract.conftest import dynamo_store
 from tests.support.crash import WRITE_METHODS
 from tests.support.harness import USER, World, settle
 from tests.support.pausing import Gate, Paused, PausingAgent, PausingStore
@@ -74,6 +83,71 @@ class GuardOracle(MemoryStore):
                 self.violations.append(f"(9) the workflow moved to {task.workflow_step} while {blocking} had an "
                                        "active question")
             return task
+
+
+class Lockstep(GuardOracle):
+    """The emulator store in lockstep with the harness's MemoryStore for the race itself: when the operation is
+    paused the DynamoStore is seeded with every aggregate and task as they stand; from then until the paused
+    operation finished, every write the services make (the outermost call, not the writes a store method
+    makes internally) is made on the DynamoStore too, with the same arguments. Both must answer alike (the
+    same aggregate, or the same error), and every aggregate and task must then read back equal. The services
+    and the checks see the MemoryStore, so the emulator runs the very same interleaving."""
+
+    def __init__(self, dynamo: DynamoStore) -> None:
+        super().__init__()
+        self.dynamo = dynamo
+        self.mirroring = False
+        self.divergences: list[str] = []
+        self._local = threading.local()
+
+    def __getattribute__(self, name: str) -> Any:
+        attr = super().__getattribute__(name)
+        if name not in WRITE_METHODS or not callable(attr):
+            return attr
+        local = super().__getattribute__("_local")
+
+        def mirrored(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            try:
+                mine = _answer(attr, args, kwargs)
+            finally:
+                local.depth = depth
+            if depth == 0 and self.mirroring:
+                theirs = _answer(getattr(self.dynamo, name), args, kwargs)
+                if mine[:2] != theirs[:2]:
+                    self.divergences.append(f"{name}: memory {mine[:2]!r:.300} / emulator {theirs[:2]!r:.300}")
+            if mine[2] is not None:
+                raise mine[2]
+            return mine[1]
+        return mirrored
+
+    def seed(self) -> None:
+        client = self.dynamo.client
+        for item in list(self.items.values()):
+            client.put_item(TableName=self.dynamo.sessions_table, Item={k: to_attr(v) for k, v in item.items()})
+        for task in list(self.tasks.values()):
+            client.put_item(TableName=str(TaskRecord.Meta.table_name),
+                            Item={k: to_attr(v) for k, v in codec.task_to_item(task).items()})
+        self.mirroring = True
+
+    def compare(self) -> list[str]:
+        self.mirroring = False
+        problems = list(self.divergences)
+        for sid, mine in list(self.sessions.items()):
+            if self.dynamo.get_session(sid) != mine:
+                problems.append(f"the emulator's aggregate {sid} differs from the memory store's")
+        for task_id, task in list(self.tasks.items()):
+            if self.dynamo.get_task(task_id) != task:
+                problems.append(f"the emulator's task {task_id} differs from the memory store's")
+        return problems
+
+
+def _answer(method: Callable[..., Any], args: Any, kwargs: Any) -> tuple[str, Any, BaseException | None]:
+    try:
+        return "ok", method(*args, **kwargs), None
+    except DomainError as exc:
+        return type(exc).__name__, getattr(exc, "current", None), exc
 
 
 # ------------------------------------------------------------------ worlds where an operation is valid
@@ -232,6 +306,15 @@ def op_confirm(w: World, deps: Deps, ctx: Ctx) -> None:
     w.wait_and_confirm(_bundle(w, ctx).id, deps)
 
 
+def op_give_up(w: World, deps: Deps, ctx: Ctx) -> None:
+    """The live responder still polling elsewhere gives up waiting: its claim continues as a detached answer."""
+    s = _session(w, ctx)
+    b = _bundle(w, ctx)
+    if b.delivery is None or not b.delivery.pending or b.delivery.mode != "live":
+        raise _Invalid("no unconfirmed live claim")
+    resume.fall_through(deps, s, b, b.delivery)
+
+
 def op_wait(w: World, deps: Deps, ctx: Ctx) -> None:
     responses.wait(deps, agent_of(ctx["main"]), _bundle(w, ctx).id, timeout=0)
 
@@ -355,6 +438,7 @@ CATALOG = [
     Operation("skip live", s_live, op_skip),
     Operation("skip detached", s_detached, op_skip),
     Operation("confirm", s_claimed, op_confirm),
+    Operation("the live responder gives up waiting", s_claimed, op_give_up),
     Operation("wait", s_live, op_wait),
     Operation("watchdog fallback", s_watchdog_due, op_watchdog),
     Operation("send", s_idle, op_send),
@@ -400,6 +484,33 @@ class Case:
 
 def world() -> World:
     return World(GuardOracle())
+
+
+class EmulatorTables:
+    """Fresh tables every few dozen cases: the emulator keeps every stream record it ever wrote in memory,
+    so one set of tables for a thousand cases grows without bound; dropping a set frees it."""
+
+    def __init__(self, endpoint: str, cases_per_set: int = 40) -> None:
+        self.endpoint, self.cases_per_set = endpoint, cases_per_set
+        self.store: DynamoStore | None = None
+        self.used = 0
+
+    def __call__(self) -> DynamoStore:
+        if self.store is None or self.used >= self.cases_per_set:
+            if self.store is not None:
+                prefix = self.store.sessions_table[:-len("sessions")]
+                client = self.store.client
+                for name in client.list_tables()["TableNames"]:
+                    if name.startswith(prefix):
+                        client.delete_table(TableName=name)
+            self.store, self.used = dynamo_store(self.endpoint), 0
+        self.used += 1
+        return self.store
+
+
+def emulator_world(tables: Callable[[], DynamoStore]) -> Callable[[], World]:
+    cases = itertools.count(1)
+    return lambda: World(Lockstep(tables()), ids=f"e{next(cases)}")
 
 
 def boundaries(op: Operation) -> list[str]:
@@ -450,11 +561,13 @@ def run_case(operation: str, boundary: str, interferer: str) -> Case:
     return case(op, boundaries(op).index(boundary), other)
 
 
-def case(op: Operation, index: int, other: Operation) -> Case:
-    w = world()
+def case(op: Operation, index: int, other: Operation, make_world: Callable[[], World] = world) -> Case:
+    w = make_world()
     ctx = _setup(op, w)
     w.freeze()
     gate = Gate(index)
+    if isinstance(w.memory, Lockstep):
+        w.memory.seed()
     outcome: list[str] = []
     paused = Paused(lambda: outcome.append(_run(op, w, _paused_deps(w, gate), ctx)), gate)
     problems: list[str] = []
@@ -469,6 +582,8 @@ def case(op: Operation, index: int, other: Operation) -> Case:
     memory = w.memory
     assert isinstance(memory, GuardOracle)
     problems += memory.violations
+    if isinstance(memory, Lockstep):
+        problems += memory.compare()
     problems += settle(w)
     problems += _agent_after_end(w, stage="eventually")
     return Case(op.name, label, other.name, interfered != "invalid", problems, outcome[0] if outcome else "",
@@ -485,7 +600,7 @@ _ENDED = {State.CANCELLED, State.FAILED, State.COMPLETED}
 
 
 def explore(catalog: list[Operation], sample: Callable[[Operation, int, Operation], bool] | None = None,
-            ) -> tuple[list[Case], set[str]]:
+            make_world: Callable[[], World] = world) -> tuple[list[Case], set[str]]:
     cases: list[Case] = []
     reached: set[str] = set()
     for op in catalog:
@@ -495,10 +610,12 @@ def explore(catalog: list[Operation], sample: Callable[[Operation, int, Operatio
             for other in catalog:
                 if other is op or (sample is not None and not sample(op, index, other)):
                     continue
-                cases.append(replace(case(op, index, other), world=None, ctx={}))  # keep the verdict only
+                # keep the verdict only
+                cases.append(replace(case(op, index, other, make_world), world=None, ctx={}))
     return cases, reached
 
 
+@pytest.mark.timeout(1200)
 def test_interleavings__every_operation_raced_at_every_boundary__invariants_hold() -> None:
     started = time.perf_counter()
     cases, reached = explore(CATALOG)
@@ -525,3 +642,25 @@ def test_interleavings__catalog_operation__valid_in_its_own_world(name: str) -> 
     ctx = _setup(op, w)
     assert _run(op, w, w.deps, ctx) != "invalid"
     assert boundaries(op), f"{name} passes no durable boundary"
+
+
+@pytest.mark.timeout(1200)
+def test_interleavings__a_case_per_operation_pair_on_the_emulator_store__stores_agree_and_invariants_hold(
+        emulator: EmulatorThread) -> None:
+    """The sampled subset on the emulator store: every (operation, interferer) pair once, at a boundary picked
+    by a seeded draw, with the DynamoStore in lockstep (see Lockstep)."""
+    started = time.perf_counter()
+    rng = random.Random(11)
+    picks: dict[tuple[str, str], int] = {}
+    counts = {op.name: len(boundaries(op)) for op in CATALOG}
+
+    def sample(op: Operation, index: int, other: Operation) -> bool:
+        pick = picks.setdefault((op.name, other.name), rng.randrange(counts[op.name]))
+        return index == pick
+    cases, _ = explore(CATALOG, sample, emulator_world(EmulatorTables(emulator.url)))
+    elapsed = time.perf_counter() - started
+    report = [f"[{c.operation} | paused {c.boundary} | {c.interferer}] {p}" for c in cases for p in c.problems]
+    print(f"\ninterleaving explorer on the emulator store: {len(cases)} cases, one per operation pair; "
+          f"{elapsed:.1f} s")
+    assert len(cases) == len(CATALOG) * (len(CATALOG) - 1)
+    assert not report, f"{len(report)} problems:\n" + "\n".join(report[:40])
