@@ -13,6 +13,7 @@ class MemoryBus:
         self.accepted: list[Entry] = []
         self.calls: list[list[str]] = []  # entry ids of every put, in order
         self._failures: dict[str, tuple[int, str]] = {}
+        self.down = False  # reject every entry (as an unavailable bus would), until set back
 
     def fail(self, entry_id: str, times: int = 1, code: str = "InternalFailure") -> None:
         """Reject `entry_id` the next `times` times it is put (as EventBridge does, within a call that succeeds)."""
@@ -25,7 +26,9 @@ class MemoryBus:
         rejected = []
         for entry in entries:
             times, code = self._failures.get(entry.id, (0, ""))
-            if times > 0:
+            if self.down:
+                rejected.append(Rejection(entry.id, "ServiceUnavailable", "the bus is down"))
+            elif times > 0:
                 self._failures[entry.id] = (times - 1, code)
                 rejected.append(Rejection(entry.id, code, "told to fail"))
             else:

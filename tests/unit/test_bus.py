@@ -326,3 +326,42 @@ def task_record(old: Task | None, new: Task, sequence: int) -> Record:
     if old is not None:
         dynamodb["OldImage"] = to_attrs(task_item(old))
     return {"eventName": "MODIFY" if old else "INSERT", "eventSource": "aws:dynamodb", "dynamodb": dynamodb}
+
+
+# ====================================================================== the start-event outbox marker
+@pytest.mark.parametrize("before_traffic", [True, False])
+def test_start_event_marker__bus_rejects__marker_stays_then_the_reconciler_publishes_and_clears_it(
+        w: World, before_traffic: bool) -> None:
+    """A resume whose outcome is known only later (the agent took it, its reply was lost) replaces the
+    reservation by the start-event marker. The marker is cleared only once the bus accepted turn.started;
+    with the bus down it stays, and a later reconciler run publishes the event and clears it."""
+    from chalicelib.domain.errors import DispatchAmbiguous
+    from chalicelib.functions.reconciler import reconcile
+    from chalicelib.services import responses
+
+    sid, cid = w.asked_and_detached()
+    agent = w.deps.agentctl
+    assert isinstance(agent, FakeAgentctl)
+    agent.script("accept-then-fail")
+    w.bus.down = True
+    body = {"answers": [{"question_id": "q1", "selected_options": ["pg"]}]}
+
+    with pytest.raises(DispatchAmbiguous):
+        responses.respond(w.deps, USER, cid, commands.respond(body), "key-1")
+
+    s = w.memory.sessions[sid]
+    assert s.start_event is not None and s.reservation is None
+    started = f"turn.started:{s.start_event.turn_id}"
+    assert not any(e.startswith(started) for e in w.bus.ids() + w.feed())
+
+    w.bus.down = False
+    clock = w.deps.clock
+    assert isinstance(clock, StepClock)
+    clock.advance(300)  # past the owner window: the scheduled reconciler finds it due too
+    report = reconcile(w.deps, before_traffic=before_traffic)
+
+    assert report.start_events_published == 1
+    assert w.memory.sessions[sid].start_event is None
+    published = [e for e in w.bus.ids() if e.startswith(started)]
+    assert len(published) == 1 and published[0] in w.feed()
+    assert reconcile(w.deps, before_traffic=before_traffic).start_events_published == 0  # nothing left
