@@ -28,7 +28,7 @@ from tests.contract.builders import (
     task,
     watchdog,
 )
-from tests.contract.conftest import put_raw, raw
+from tests.support.stores import put_raw, raw
 
 Op = Callable[[Any, Session], Any]
 

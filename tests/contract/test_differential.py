@@ -65,13 +65,13 @@ class Generator:
             lambda: ("renew_waiter", dict(bundle_id=b.id if b else "x", row_ids=rows, until=_stamp(self.n + 30),
                                           at=at)),
             lambda: ("claim", dict(bundle_id=b.id if b else "x", responses=answers(*rows), status="answered",
-                                   delivery=delivery(f"d{self.n}", tuple(rows), r.choice(["live", "detached"])),
+                                   delivery=delivery(f"d{self.n}", tuple(rows), r.choice(["live", "live", "detached"])),
                                    reservation=r.choice([None, reservation(b.id if b else "x", f"t{self.n}")]),
                                    at=at)),
             lambda: ("confirm_delivery", dict(bundle_id=b.id if b else "x",
                                               delivery_id=d.delivery_id if d and not wrong else "d0",
-                                              result="live", watchdog=r.choice([None, watchdog(b.id if b else "x",
-                                                                                  turn.id if turn else "t1")]),
+                                              result="live", watchdog=None if r.random() < .2 else watchdog(
+                                                  b.id if b else "x", turn.id if turn else "t1"),
                                               at=at)),
             lambda: ("restore_claim", dict(bundle_id=b.id if b else "x", delivery_id=d.delivery_id if d else "d0",
                                            row_ids=list(d.row_ids) if d else ["q1"], outcome="answered",
@@ -125,13 +125,13 @@ class Generator:
         weights = [1.0] * len(choices)
         favoured = set()
         if d is not None and d.confirmed_at is None:
-            favoured |= {"confirm_delivery", "restore_claim", "retire_claim"}
+            favoured |= {"restore_claim", "retire_claim"}
         if s.reservation is not None:
             favoured |= {"mark_attempted", "finish_reservation", "restore_claim", "to_start_event"}
         if s.start_event is not None:
             favoured |= {"clear_start_event"}
         if d is not None and d.confirmed_at is None and d.mode == "live":
-            favoured |= {"fall_through"}
+            favoured |= {"fall_through", "confirm_delivery"}  # only a live claim is confirmed
         if s.watchdog is not None:
             favoured |= {"clear_watchdog", "admit_watchdog_prompt"}
         if s.prompt is not None:

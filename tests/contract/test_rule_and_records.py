@@ -18,7 +18,7 @@ from chalicelib.store.document import Put, Write
 from chalicelib.store.protocol import Remembered
 from chalicelib.store.size import MAX_ITEM_BYTES, item_size
 from tests.contract.builders import AT, LATER, T1, T2, bundle, prompt, row, session
-from tests.contract.conftest import put_raw
+from tests.support.stores import put_raw
 
 STATUSES: list[Any] = ["pending", "", None, "answered", "rejected", "expired", "cancelled", "bogus"]
 STATES = [State.WAITING_FOR_INPUT, State.RUNNING, State.IDLE, State.COMPLETED, State.CANCELLED]

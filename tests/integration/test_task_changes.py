@@ -4,7 +4,7 @@ from __future__ import annotations
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.conftest import ApiClient
-from tests.integration.test_auth import snapshot
+from tests.support.routes import snapshot
 
 
 def _events(user: ApiClient, kind: str) -> list[dict[str, object]]:

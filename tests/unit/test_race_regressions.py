@@ -17,8 +17,8 @@ from chalicelib.domain.public import clarification_view
 from chalicelib.domain.rules import active_bundles
 from chalicelib.functions.reconciler import reconcile
 from chalicelib.services import watchdog
+from tests.support.explorer import Case, run_case
 from tests.support.harness import World, answers_body, settle
-from tests.unit.test_interleavings import Case, run_case
 
 
 def _clean(c: Case) -> Case:
