@@ -30,7 +30,7 @@ def _with_prompt(session: Session, messages: list[Message]) -> list[Message]:
     p = session.prompt
     if p is None or p.hidden or p.author_id.startswith("system:"):
         return messages
-    note = delivery_note(p)
+    note = delivery_note(p, ended=session.terminal)
     if any(m.id == p.message_id for m in messages):  # stored when admitted; how its dispatch ended is newer
         return [replace(m, meta={**(m.meta or {}), **note}) if m.id == p.message_id and note else m
                 for m in messages]
@@ -101,17 +101,18 @@ def prompt_message(session: Session, turn_seq: int) -> Message:
     """The transcript message of the session's latest prompt (the stream function stores the same one)."""
     assert session.prompt is not None
     p = session.prompt
-    meta = {**({"in_reply_to": dict(p.reply_to)} if p.reply_to else {}), **delivery_note(p)}
+    meta = {**({"in_reply_to": dict(p.reply_to)} if p.reply_to else {}), **delivery_note(p, ended=session.terminal)}
     return Message(id=p.message_id, session_id=session.id, workspace_id=session.workspace_id,
                    task_id=session.task_id, turn_id=p.turn_id, turn_seq=turn_seq, author_type="user",
                    type="message", content=p.content, created_at=p.created_at, meta=meta or None)
 
 
-def delivery_note(p: Prompt) -> dict[str, Any]:
-    """What the transcript says of a message whose dispatch ended badly: the agent refused it (never sent),
-    or the connection broke while sending and nobody can know whether it arrived (never resent)."""
+def delivery_note(p: Prompt, ended: bool = False) -> dict[str, Any]:
+    """What the transcript says of a message whose dispatch ended badly: it was refused (never sent: the
+    session had ended, or the agent did not accept it), or the connection broke while sending and nobody can
+    know whether it arrived (never resent)."""
     if p.dispatch == Dispatch.REJECTED:
-        return {"not_sent": "agent_refused"}
+        return {"not_sent": "session_ended" if ended else "agent_refused"}
     if p.dispatch == Dispatch.ATTEMPTED and p.deadline is None:
         return {"delivery_unknown": True}
     return {}

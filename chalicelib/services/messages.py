@@ -166,13 +166,29 @@ def _send(deps: Deps, caller: Caller, session: Session, client_message_id: str, 
                                remember=entry, queue_cap=deps.settings.queue_cap, at=deps.now())
     try:
         dispatch_prompt(deps, session, prompt)
-    except DomainError as exc:
+    except DomainError as failed:
+        exc = _ended_meanwhile(deps, session.id, failed) or failed
         exc.details["message_id"] = prompt.message_id
         if entry is not None:  # the retry of this message answers what this attempt answered
             error = {"code": exc.code, "message": exc.message, "details": dict(exc.details)}
             deps.store.update_remembered(replace(entry, response={"error": error}))
-        raise
+        if exc is failed:
+            raise
+        raise exc from failed
     return admission
+
+
+def _ended_meanwhile(deps: Deps, session_id: str, failed: DomainError) -> DomainError | None:
+    """The session was cancelled (or ended) between the admission and the dispatch, so the agent never took
+    the prompt (refused, or never asked): the message was not sent, and resending cannot help — say that,
+    not "retry"."""
+    if not isinstance(failed, DispatchFailed):
+        return None
+    current = deps.store.get_session(session_id)
+    if current is None or not current.terminal:
+        return None
+    return SessionUnavailable(f"the session was {current.state.value.lower()} before this message reached the "
+                              "agent: it was not sent")
 
 
 def _queue(deps: Deps, caller: Caller, session: Session, client_message_id: str, text: str,

@@ -532,8 +532,9 @@ def test_installable__manifest_icons_service_worker_and_offline_snapshot(ui: Ui,
     errors = [e["errorId"] for e in cdp.send("Page.getInstallabilityErrors")["installabilityErrors"]]
     assert [e for e in errors if e != "in-incognito"] == [], errors  # test contexts are incognito-like
 
-    ui.page.wait_for_function("() => JSON.parse(localStorage.getItem('clarify.snapshot') || '{}')"
-                              ".transcript?.messages?.some(m => (m.content || '').includes('Echo: hello offline'))")
+    ui.page.wait_for_function("task => { const s = JSON.parse(localStorage.getItem('clarify.snapshot') || '{}');"
+                              " return s.tasks?.some(t => t.id === task) && s.transcript?.messages?.some("
+                              "m => (m.content || '').includes('Echo: hello offline')); }", arg=task)
     ui.page.context.set_offline(True)
     try:
         ui.page.reload()

@@ -182,3 +182,17 @@ def test_race__claim_whose_question_moved_on__retired_and_the_answer_can_be_sent
     assert clarify.derived_state(s, bundle, w.deps.now()) in ("superseded", "expired")
     view = clarification_view(s, bundle, now=w.deps.now())
     assert view["late_answer_allowed"] is True and view["answerable"] is False
+
+
+@pytest.mark.parametrize("boundary", ["after store.admit", "before agentctl.prompt"])
+def test_race__session_cancelled_between_admission_and_dispatch__told_not_sent_never_retry(boundary: str) -> None:
+    """The cancel fences the prompt (the agent refuses it): the sender is told the session ended and the
+    message was not sent (409, not a retryable 502), and the transcript says so."""
+    c = _clean(run_case("send", boundary, "cancel the session"))
+    w = c.world
+    assert w is not None
+    assert c.outcome == SessionUnavailable.__name__
+    messages = w.transcript(c.ctx["main"])["messages"]
+    mine = [m for m in messages if m["author_type"] == "user" and "ANSWER-01" in m["content"]]
+    assert len(mine) == 1 and mine[0]["not_sent"] == "session_ended"
+    assert not w.agent.carrying("ANSWER-01")
