@@ -6,6 +6,7 @@ on its item under one lock. Nothing here reads a clock; every time comes from th
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -100,20 +101,22 @@ def _delivery(bundle_id: str, *name: str) -> tuple[str, ...]:
     return ("bundles", bundle_id, "delivery", *name)
 
 
-class ConditionalWrites:
+class ConditionalWrites(ABC):
     """The conditional writes of the session aggregate (and of a task's summary and step). A store commits
     a `Write` to its storage; the decisions are all here."""
 
+    @abstractmethod
     def _commit(self, session_id: str, write: Write, remember: Remembered | None = None) -> Session:
         """Apply `write` atomically (with `remember` created in the same transaction) and return the new
         aggregate. Raises ConditionFailed carrying the current aggregate, AlreadyRemembered, ItemTooLarge."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _commit_task(self, task_id: str, write: Write, checks: Mapping[str, Write] | None = None) -> Task:
         """Apply `write` to the task item; with `checks` (session id -> conditions), in one transaction that
         also requires every check to hold. Raises ConditionFailed (carrying the current task when the task's
         own condition failed)."""
-        raise NotImplementedError
+        ...
 
     # ------------------------------------------------------------ tasks
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
@@ -349,10 +352,11 @@ class ConditionalWrites:
         w.drop(("watchdog",)).put(("state",), State.RUNNING.value).prompt(prompt)
         return self._commit(session_id, w.done(at))
 
+    @abstractmethod
     def _apply(self, session_id: str, write: Write) -> None:
         """Apply `write` without reading the aggregate back (it may not decode). ConditionFailed when its
         conditions do not hold."""
-        raise NotImplementedError
+        ...
 
     def quarantine(self, session_id: str, reason: str, at: str) -> None:
         """Set an aggregate the reconciler cannot repair apart: marked, out of the reconciler's work, refused

@@ -498,27 +498,23 @@ def settle(w: World, check: Callable[[str], list[str]] | None = None, *, clears_
     problems: list[str] = []
     if clears_script:
         w.agent.outcomes.clear()  # the agent behaves again
-    try:
-        reconcile(w.deps, before_traffic=True)
-    except ReconcileFailed as exc:
-        problems.append(f"the reconciler failed: {exc}")
-    w.pump()
-    problems += w.check("after reconcile")
-    if check:
-        problems += [f"after reconcile: {p}" for p in check("after reconcile")]
+
+    def reconcile_and_check(before_traffic: bool, stage: str) -> None:
+        try:
+            reconcile(w.deps, before_traffic=before_traffic)
+        except ReconcileFailed as exc:
+            problems.append(f"the {'' if before_traffic else 'scheduled '}reconciler failed: {exc}")
+        w.pump()
+        problems.extend(w.check(stage))
+        if check:
+            problems.extend(f"{stage}: {p}" for p in check(stage))
+    reconcile_and_check(True, "after reconcile")
     problems += w.retry()
     if after:
         after()
     w.pump()
     w.clock.advance(3600)
-    try:
-        reconcile(w.deps, before_traffic=False)
-    except ReconcileFailed as exc:
-        problems.append(f"the scheduled reconciler failed: {exc}")
-    w.pump()
-    problems += w.check("eventually")
-    if check:
-        problems += [f"eventually: {p}" for p in check("eventually")]
+    reconcile_and_check(False, "eventually")
     for a in w.answers:
         fate, _ = w.bundle_fate(a) if a.bundle_id else w.message_fate(a)
         if fate in ("restorable", "not admitted") and a.retried:

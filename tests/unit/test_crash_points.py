@@ -6,18 +6,7 @@ world runs the operation until the process dies there, the reconciler runs befor
 function catches up on every committed change, and the invariants are checked. The user then retries what
 is retryable, time passes, the scheduled reconciler runs, and the invariants are checked again.
 
-Invariants:
-  (1) no answer lost: its rows are pending and answerable again (and a resubmission succeeds), or terminal
-      with the answer delivered (live, confirmed: the waiter handed it over or an armed watchdog holds it)
-      or resumed/ambiguous with the successor turn current; an admitted message is dispatched, queued,
-      or visibly failed, never reported as sent when the agent refused it;
-  (2) never dispatched twice: at most one prompt that may have reached the agent carries an answer;
-  (3) no bundle that was superseded, expired or finished before the operation becomes active again;
-  (4) projections equal the rule: each task's stored summary equals task_summary(list_sessions(task)),
-      kept so by the stream function alone (refresh_task_summary then has nothing to write);
-  (5) no private prompt-dispatch field in any stored event;
-  (6) events stay consistent across redelivery: unique ids, and every committed summary revision has its
-      task.status_summary.updated event;
+Invariants: (1)-(6) as tests/support/harness.py states them, and
   (7) the reconciler converges: nothing is left in its index once the dust has settled.
 
 Coverage: the union of methods at which a kill was injected must equal the Store protocol's write methods

@@ -12,7 +12,7 @@ import pytest
 
 from chalicelib.domain import clarify
 from chalicelib.domain.errors import ClarificationInactive, DispatchFailed, SessionUnavailable
-from chalicelib.domain.model import State
+from chalicelib.domain.model import State, Watchdog
 from chalicelib.domain.public import clarification_view
 from chalicelib.domain.rules import active_bundles
 from chalicelib.functions.reconciler import reconcile
@@ -121,14 +121,20 @@ def test_race__ask_lands_between_the_guards_read_and_its_write__transition_refus
     assert active_bundles(w.get(c.ctx["main"]))
 
 
-def test_race__foreign_cancel_ack__counts_as_activity_and_disarms_the_watchdog() -> None:
-    """Only the watchdog's own captured cancellation acknowledgement is exempt from counting as activity."""
-    w = World()
+def _armed(w: World) -> tuple[str, Watchdog]:
+    """A live answer the agent confirmed: the primary-answer watchdog is armed."""
     sid = w.new_session()
     w.confirmed_live(sid)
     w.pump()
     armed = w.get(sid).watchdog
     assert armed is not None
+    return sid, armed
+
+
+def test_race__foreign_cancel_ack__counts_as_activity_and_disarms_the_watchdog() -> None:
+    """Only the watchdog's own captured cancellation acknowledgement is exempt from counting as activity."""
+    w = World()
+    sid, armed = _armed(w)
 
     w.report(sid, "cancel_ack", execution_id=armed.execution_id, prompt_generation=armed.prompt_generation - 1)
 
@@ -139,11 +145,7 @@ def test_race__foreign_cancel_ack__counts_as_activity_and_disarms_the_watchdog()
 
 def test_race__captured_cancel_ack__not_activity_the_watchdog_still_fires() -> None:
     w = World()
-    sid = w.new_session()
-    w.confirmed_live(sid)
-    w.pump()
-    armed = w.get(sid).watchdog
-    assert armed is not None
+    sid, armed = _armed(w)
     w.report(sid, "cancel_ack", execution_id=armed.execution_id, prompt_generation=armed.prompt_generation)
     assert w.get(sid).watchdog == armed
     w.clock.advance(w.deps.settings.watchdog_timeout.total_seconds() + 60)
