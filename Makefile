@@ -19,7 +19,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check app.py chalicelib infra scripts tests
 	$(PY) -m mypy
-	$(PY) -m pytest
+	$(PY) -m pytest -n 4 --maxschedchunk 1
 
 bench: $(STAMP)
 	$(PY) scripts/bench

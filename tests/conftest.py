@@ -56,3 +56,22 @@ def shared(emulator: EmulatorThread) -> Iterator[tuple[LocalStack, SimAgent]]:
 @pytest.fixture
 def user(stack: LocalStack) -> ApiClient:
     return ApiClient(stack.url, stack.user_token())
+
+
+# The longest tests, longest first: `make test` runs the suite on several workers that take one test at a
+# time (pytest-xdist, --maxschedchunk 1), so starting these first keeps any worker from ending on one of them.
+LONGEST_FIRST = (
+    "tests/e2e/test_load.py::",
+    "tests/unit/test_interleavings.py::test_interleavings__a_case_per_operation_pair",
+    "tests/contract/test_differential.py::",
+    "tests/integration/test_concurrency.py::",
+    "tests/unit/test_crash_points.py::test_crash_points__every_write_boundary",
+    "tests/unit/test_interleavings.py::test_interleavings__every_operation_raced",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)),
+                    len(LONGEST_FIRST))
+    items.sort(key=rank)  # stable: everything else keeps its order

@@ -1,11 +1,10 @@
 """Maps stored items (plain Python values) to domain objects and back. No logic beyond shape."""
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..domain.model import (
     Bundle,
@@ -28,17 +27,7 @@ from ..domain.model import (
     Watchdog,
 )
 from ..domain.rules import flag
-
-if TYPE_CHECKING:
-    from boto3.dynamodb.types import TypeDeserializer
-
-
-@functools.cache
-def _deserializer() -> TypeDeserializer:
-    # Imported on first use: importing boto3 is most of a cold start, and app.py imports this module.
-    from boto3.dynamodb.types import TypeDeserializer
-
-    return TypeDeserializer()
+from .attrs import from_attr
 
 
 def plain(value: Any) -> Any:
@@ -54,7 +43,7 @@ def plain(value: Any) -> Any:
 
 def from_attrs(item: Mapping[str, Any]) -> dict[str, Any]:
     """A low-level item (`{"S": ...}` shapes, as in streams and boto3 clients) to plain values."""
-    return {k: plain(_deserializer().deserialize(v)) for k, v in item.items()}
+    return {k: from_attr(v) for k, v in item.items()}
 
 
 def turn_to_item(turn: Turn) -> dict[str, Any]:

@@ -7,7 +7,6 @@ map, REMOVE of a missing map key does nothing.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -206,11 +205,11 @@ class Put:
         if isinstance(parent, list):
             assert isinstance(key, int)
             if key < len(parent):
-                parent[key] = copy.deepcopy(self.value)
+                parent[key] = _copied(self.value)
             else:
-                parent.append(copy.deepcopy(self.value))
+                parent.append(_copied(self.value))
         else:
-            parent[key] = copy.deepcopy(self.value)
+            parent[key] = _copied(self.value)
 
 
 @dataclass(frozen=True)
@@ -244,7 +243,7 @@ class Append:
         parent, key = _parent(item, self.path), self.path[-1]
         current = lookup(item, self.path)
         base = list(current) if isinstance(current, list) else []
-        parent[key] = base + copy.deepcopy(list(self.values))
+        parent[key] = base + _copied(list(self.values))
 
 
 @dataclass(frozen=True)
@@ -302,10 +301,23 @@ class Write:
 
     def applied(self, item: Mapping[str, Any]) -> dict[str, Any]:
         """The item after the changes (the input is not modified)."""
-        new = copy.deepcopy(dict(item))
+        new = _copied(dict(item))
         for change in self.changes:
             change.apply(new)
         return new
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of a stored document (maps, lists and immutable scalars): copy.deepcopy's memo and
+    dispatch cost several times this on the in-memory store's every write."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_copied(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
 def all_of(clauses: Iterable[Clause]) -> Clause:

@@ -3,22 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from boto3.dynamodb.types import TypeSerializer
-
-_serializer = TypeSerializer()
-
-
-def to_attr(value: Any) -> dict[str, Any]:
-    return _serializer.serialize(_dynamo_safe(value))
-
-
-def _dynamo_safe(value: Any) -> Any:
-    """Tuples become lists (boto3's serializer knows no tuples); we store no floats."""
-    if isinstance(value, dict):
-        return {k: _dynamo_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_dynamo_safe(v) for v in value]
-    return value
+from .attrs import to_attr
 
 
 class Expr:

@@ -19,10 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from boto3.dynamodb.types import TypeSerializer
-
 from chalicelib.domain.model import Session
 from chalicelib.store import codec
+from chalicelib.store.attrs import to_attr
 from chalicelib.store.protocol import Store
 
 # Store members that never write. Anything else in the protocol is a durable write boundary.
@@ -144,12 +143,9 @@ class CrashingStore:
 
 
 # ------------------------------------------------------------------ a stream of aggregate changes
-_serializer = TypeSerializer()
-
-
 def to_attrs(item: dict[str, Any]) -> dict[str, Any]:
     """Plain values to the low-level `{"S": ...}` shape of stream images."""
-    return {k: _serializer.serialize(v) for k, v in item.items()}
+    return {k: to_attr(v) for k, v in item.items()}
 
 
 def session_record(old: Session | None, new: Session, sequence: int) -> dict[str, Any]:

@@ -601,17 +601,20 @@ def _agent_after_end(w: World, stage: str = "after the race") -> list[str]:
 _ENDED = {State.CANCELLED, State.FAILED, State.COMPLETED}
 
 
-def explore(catalog: list[Operation], sample: Callable[[Operation, int, Operation], bool] | None = None,
-            make_world: Callable[[], World] = world) -> tuple[list[Case], set[str]]:
+def explore(paused: list[Operation], sample: Callable[[Operation, int, Operation], bool] | None = None,
+            make_world: Callable[[], World] = world) -> list[Case]:
+    """Every operation of `paused` paused at each of its boundaries while each other catalog operation runs."""
     cases: list[Case] = []
-    reached: set[str] = set()
-    for op in catalog:
-        labels = boundaries(op)
-        reached |= {label.split(".", 1)[1] for label in labels if label.startswith(("before store.",))}
-        for index in range(len(labels)):
-            for other in catalog:
+    for op in paused:
+        for index in range(len(boundaries(op))):
+            for other in CATALOG:
                 if other is op or (sample is not None and not sample(op, index, other)):
                     continue
                 # keep the verdict only
                 cases.append(replace(case(op, index, other, make_world), world=None, ctx={}))
-    return cases, reached
+    return cases
+
+
+def reached_writes() -> set[str]:
+    """The store writes the catalog's operations pass through (a boundary is 'before store.<write>')."""
+    return {label.split(".", 1)[1] for op in CATALOG for label in boundaries(op) if label.startswith("before store.")}
