@@ -10,7 +10,9 @@ have it, nothing reopens the answer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .. import observability as obs
 from ..agentctl.client import AgentctlAmbiguous, PromptOutcome, PromptRequest
@@ -43,19 +45,21 @@ def respond_detached(deps: Deps, session: Session, bundle: Bundle, outcome: Outc
     delivery = Delivery(deps.new_id(), tuple(rows), outcome.status, "detached", deps.now(), reservation.deadline,
                         key, outcome.fingerprint)
     responses = {q: outcome.response_for(q) for q in rows}
-    session = deps.store.claim(session.id, bundle.id, responses, status=outcome.status, delivery=delivery,
-                               reservation=reservation, at=deps.now())
-    return resume(deps, session, bundle, reservation, delivery)
+    deps.store.claim(session.id, bundle.id, responses, status=outcome.status, delivery=delivery,
+                     reservation=reservation, at=deps.now())
+    return resume(deps, session.id, bundle, responses, reservation, delivery)
 
 
 def fall_through(deps: Deps, session: Session, bundle: Bundle, delivery: Delivery) -> Responded:
     """A live claim nobody confirmed: the same claim becomes detached with a reserved successor (one write,
     racing the waiter's confirmation), then the agent is resumed exactly once."""
     reservation = _reservation(deps, session, bundle, list(delivery.row_ids))
-    session = deps.store.fall_through(session.id, bundle.id, delivery.delivery_id, reservation, at=deps.now())
+    deps.store.fall_through(session.id, bundle.id, delivery.delivery_id, reservation, at=deps.now())
     obs.count(obs.LIVE_FALL_THROUGHS)
-    return resume(deps, session, bundle, reservation, replace(delivery, mode="detached",
-                                                              deadline=reservation.deadline))
+    responses = {r.question.question_id: dict(r.response) for r in bundle.rows
+                 if r.question.question_id in reservation.row_ids and r.response is not None}
+    return resume(deps, session.id, bundle, responses, reservation,
+                  replace(delivery, mode="detached", deadline=reservation.deadline))
 
 
 def _reservation(deps: Deps, session: Session, bundle: Bundle, rows: list[str]) -> Reservation:
@@ -66,21 +70,20 @@ def _reservation(deps: Deps, session: Session, bundle: Bundle, rows: list[str]) 
                        created_at=deps.now(), deadline=deps.deadline())
 
 
-def resume(deps: Deps, session: Session, bundle: Bundle, reservation: Reservation, delivery: Delivery) -> Responded:
-    """From a claim with its reservation: mark attempted, call agentctl once, publish, acknowledge."""
+def resume(deps: Deps, session_id: str, bundle: Bundle, responses: Mapping[str, Mapping[str, Any]],
+           reservation: Reservation, delivery: Delivery) -> Responded:
+    """From a claim of `responses` with its reservation: mark attempted, call agentctl once, publish,
+    acknowledge."""
     obs.bind(delivery=delivery.delivery_id, successor_turn=reservation.turn_id, generation=reservation.generation)
-    stored = session.bundle(bundle.id) or bundle
-    responses = {r.question.question_id: dict(r.response) for r in stored.rows
-                 if r.question.question_id in reservation.row_ids and r.response is not None}
     prompt = Prompt(message_id=deps.new_id(), client_message_id=f"resume-{delivery.delivery_id}",
                     turn_id=reservation.turn_id, content=summary_text(bundle, responses), author_id=SYSTEM_AUTHOR,
                     created_at=deps.now(), generation=reservation.generation, dispatch=Dispatch.ATTEMPTED,
                     deadline=reservation.deadline)
     try:
-        session = deps.store.mark_attempted(session.id, reservation, prompt, at=deps.now())
+        session = deps.store.mark_attempted(session_id, reservation, prompt, at=deps.now())
     except Exception as exc:
         # No marker, no dispatch. Undo in its own bounded loop, whatever happened to the request.
-        raise _handed_back(deps, session.id, reservation, bundle.id, delivery,
+        raise _handed_back(deps, session_id, reservation, bundle.id, delivery,
                            "the agent could not be resumed; the answer was kept pending, retry") from exc
     attempted = replace(reservation, attempted=True)
     request = PromptRequest(session_id=session.id, execution_id=session.execution_id,

@@ -85,8 +85,14 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
         return codec.session_from_item(codec.from_attrs(resp["Attributes"]))
 
     def _apply(self, session_id: str, write: Write) -> None:
-        guarded(lambda: self.client.update_item(TableName=self.sessions_table,
-                                                Key={"session_id": {"S": session_id}}, **write.render()))
+        try:
+            self.client.update_item(TableName=self.sessions_table, Key={"session_id": {"S": session_id}},
+                                    ReturnValuesOnConditionCheckFailure="ALL_OLD", **write.render())
+        except ClientError as exc:
+            old = exc.response.get("Item") if error_code(exc) == CONDITION_FAILED else None
+            raise translate(exc, current=_decoded(old)) from exc
+        except BotoCoreError as exc:
+            raise translate(exc) from exc
 
     def quarantined_sessions(self) -> list[str]:
         def query() -> list[str]:
@@ -151,3 +157,11 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
 
 def _session(item: dict[str, Any] | None) -> Session | None:
     return codec.session_from_item(codec.from_attrs(item)) if item else None
+
+
+def _decoded(item: dict[str, Any] | None) -> Session | None:
+    """The current aggregate of a failed condition, if it decodes (a quarantined one may not)."""
+    try:
+        return _session(item)
+    except Exception:
+        return None

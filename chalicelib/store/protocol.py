@@ -113,7 +113,7 @@ class Store(Protocol):
     def renew_waiter(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, until: str,
                      at: str) -> Session: ...
     def claim(self, session_id: str, bundle_id: str, responses: Mapping[str, Mapping[str, Any]], *,
-              status: str, delivery: Delivery, reservation: Reservation | None, at: str) -> Session:
+              status: str, delivery: Delivery, reservation: Reservation | None, at: str) -> None:
         """The rule + exact pending rows → outcome and delivery intent (and reservation) in one write."""
         ...
 

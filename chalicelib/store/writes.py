@@ -234,8 +234,9 @@ class ConditionalWrites(ABC):
         return self._commit(session_id, w.deadline(until).done(at))
 
     def claim(self, session_id: str, bundle_id: str, responses: Mapping[str, Mapping[str, Any]], *,
-              status: str, delivery: Delivery, reservation: Reservation | None, at: str) -> Session:
-        """The rule and the exact rows still pending → outcome and delivery intent (and reservation)."""
+              status: str, delivery: Delivery, reservation: Reservation | None, at: str) -> None:
+        """The rule and the exact rows still pending → outcome and delivery intent (and reservation).
+        Nothing is read back: the caller holds what it wrote, and respond's claim path is this one write."""
         w = _Builder().require(c.bundle_active(bundle_id, list(responses)))
         for q, response in responses.items():
             w.require(c.row_pending(bundle_id, q))
@@ -246,7 +247,7 @@ class ConditionalWrites(ABC):
             w.put(("reservation",), codec.reservation_to_item(reservation))
         if delivery.pending:
             w.deadline(delivery.deadline)
-        return self._commit(session_id, w.done(at))
+        self._apply(session_id, w.done(at))
 
     def confirm_delivery(self, session_id: str, bundle_id: str, delivery_id: str, *, result: str,
                          watchdog: Watchdog | None, at: str) -> Session:
@@ -354,8 +355,9 @@ class ConditionalWrites(ABC):
 
     @abstractmethod
     def _apply(self, session_id: str, write: Write) -> None:
-        """Apply `write` without reading the aggregate back (it may not decode). ConditionFailed when its
-        conditions do not hold."""
+        """Apply `write` without reading the aggregate back (it may not decode, or the caller needs nothing
+        of it). ConditionFailed (carrying the current aggregate when it decodes) when its conditions do not
+        hold."""
         ...
 
     def quarantine(self, session_id: str, reason: str, at: str) -> None:

@@ -48,7 +48,7 @@ T = TypeVar("T")
 
 DEFAULT_WAIT_BUDGET = 120.0
 MAX_POLL_SECONDS = 25
-REQUEST_TIMEOUT = 10.0
+REQUEST_TIMEOUT = 30.0  # generous: a loaded machine (a load run, the suite's workers) answers slowly, not never
 POLL_TIMEOUT_MARGIN = 10.0
 # How often a script blocked in a long-poll notices that it was cancelled.
 ABORT_CHECK_INTERVAL = 0.05
