@@ -119,6 +119,15 @@ def bundle_active(bundle_id: str, row_ids: Iterable[str]) -> Clause:
     return all_of((bundle_current(bundle_id), not_terminal(), any_of(rows)))
 
 
+def bundle_claimable(bundle_id: str, row_ids: Iterable[str]) -> Clause:
+    """THE rule with every claimed row still pending (which implies the rule's own any-row clause): a claim
+    takes exactly the rows it names, or nothing."""
+    rows = [row_pending(bundle_id, q) for q in row_ids]
+    if not rows:
+        raise ValueError("a claim needs at least one row")
+    return all_of((bundle_current(bundle_id), not_terminal(), *rows))
+
+
 def delivery_unconfirmed(bundle_id: str, delivery_id: str) -> Clause:
     """Confirmation and restore race on the same unconfirmed claim: exactly one of them wins."""
     path = ("bundles", bundle_id, "delivery")

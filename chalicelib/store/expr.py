@@ -29,8 +29,13 @@ class Expr:
         return out
 
     def value(self, value: Any) -> str:
+        """A value placeholder; equal values share one (a shorter request for DynamoDB to parse)."""
+        attr = to_attr(value)
+        for key, known in self.values.items():
+            if known == attr:
+                return key
         key = f":v{len(self.values)}"
-        self.values[key] = to_attr(value)
+        self.values[key] = attr
         return key
 
     def placeholders(self) -> dict[str, Any]:

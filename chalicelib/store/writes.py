@@ -237,9 +237,8 @@ class ConditionalWrites(ABC):
               status: str, delivery: Delivery, reservation: Reservation | None, at: str) -> None:
         """The rule and the exact rows still pending → outcome and delivery intent (and reservation).
         Nothing is read back: the caller holds what it wrote, and respond's claim path is this one write."""
-        w = _Builder().require(c.bundle_active(bundle_id, list(responses)))
+        w = _Builder().require(c.bundle_claimable(bundle_id, list(responses)))
         for q, response in responses.items():
-            w.require(c.row_pending(bundle_id, q))
             w.put(_row(bundle_id, q, "status"), status).put(_row(bundle_id, q, "response"), dict(response))
         w.put(_delivery(bundle_id), codec.delivery_to_item(delivery))
         if reservation is not None:
