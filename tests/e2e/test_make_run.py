@@ -81,7 +81,7 @@ def shared_emulator() -> Iterator[EmulatorThread]:
 def test_make_run__message__agent_reply_events_and_clean_stop(shared_emulator: EmulatorThread) -> None:
     run = Run(shared_emulator.url)
     try:
-        health = requests.get(run.url + "/health", timeout=5).json()
+        health = requests.get(run.url + "/health", timeout=30).json()
         assert (health["status"], health["ready"]) == ("ok", True), health
         assert health.get("stream", {}).get("set_aside", 0) == 0  # the worker's pump reports here once it ran
         assert "using the emulator already answering" in "".join(run.output)
@@ -139,7 +139,7 @@ def test_make_run__unrepairable_aggregate__set_apart_and_the_stack_serves(shared
     run = Run(shared_emulator.url)
     try:
         assert re.search(r"reconciler: .*quarantined.*broken", "".join(run.output)), "".join(run.output)
-        health = requests.get(run.url + "/health", timeout=5).json()
+        health = requests.get(run.url + "/health", timeout=30).json()
         assert health["quarantined_sessions"] == 1 and health["ready"] is True, health
     finally:
         assert run.stop() in CTRL_C_EXIT

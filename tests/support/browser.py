@@ -21,8 +21,11 @@ from scripts.local.stack import LocalStack
 from tests.support.flow import ApiClient
 from tests.support.wait import eventually
 
+UI_TIMEOUT = 15_000  # ms: generous for a loaded 2-core machine; every wait is for a state, never a fixed time
 try:
     from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
+
+    expect.set_options(timeout=UI_TIMEOUT)  # assertions wait as long as actions (Playwright's own default: 5 s)
 except ImportError:  # reported by the browser fixture (tests/e2e/conftest.py)
     pass
 
@@ -34,7 +37,6 @@ VIEWPORTS: dict[str, dict[str, Any]] = {
     "desktop": {"viewport": {"width": 1366, "height": 850}},
     "phone": {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True},
 }
-UI_TIMEOUT = 15_000  # ms: generous for a loaded 2-core machine; every wait is for a state, never a fixed time
 
 
 class PumpThread:
