@@ -17,7 +17,7 @@ from chalicelib import bootstrap
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.support.flow import ApiClient
-from tests.support.wait import eventually
+from tests.support.wait import DEADLINE, eventually
 
 T = TypeVar("T")
 
@@ -73,7 +73,7 @@ def test_ask__answered_while_the_agent_waits__delivered_live_confirmed_and_the_a
 
     assert resp.status_code == 200, resp.text
     assert resp.json() == {"clarification_id": cid, "status": "answered", "delivery": "live"}
-    assert sim.wait_idle(15)
+    assert sim.wait_idle(DEADLINE)
     kinds = [e["kind"] for e in c.log(sid) if e["kind"] in ("asked", "answer_received", "confirmed")]
     assert kinds == ["asked", "answer_received", "confirmed"]
     received = c.log(sid, "answer_received")[0]
@@ -109,7 +109,7 @@ def test_ask__skipped_while_the_agent_waits__rejection_delivered_live_and_the_ag
     resp = c.respond(cid, {"rejected": True})
 
     assert resp.status_code == 200 and resp.json()["delivery"] == "live", resp.text
-    assert sim.wait_idle(15)
+    assert sim.wait_idle(DEADLINE)
     assert c.log(sid, "answer_received")[0]["state"] == "rejected"
     assert ("message", "User skipped the question") in c.posted(sid)
     assert len(c.log(sid, "prompt")) == 1
@@ -119,7 +119,7 @@ def test_ask__agent_gives_up_waiting_then_the_user_answers__agent_resumed_exactl
         stack: LocalStack, sim: SimAgent, user: ApiClient) -> None:
     c = Client(stack, sim, user)
     sid = c.start("[ask][wait:1] plan the migration")
-    assert sim.wait_idle(20)  # the agent asked, waited a second, detached and ended its turn
+    assert sim.wait_idle(DEADLINE)  # the agent asked, waited a second, detached and ended its turn
     entry = c.question(sid, "active_detached")
     cid, asked_in = entry["clarification_id"], entry["turn_id"]
     assert entry["agent_disconnected"] is True and entry["answerable"] is True
@@ -129,7 +129,7 @@ def test_ask__agent_gives_up_waiting_then_the_user_answers__agent_resumed_exactl
 
     assert resp.status_code == 200, resp.text
     assert resp.json() == {"clarification_id": cid, "status": "answered", "delivery": "resumed"}
-    assert sim.wait_idle(20)
+    assert sim.wait_idle(DEADLINE)
     prompts = c.log(sid, "prompt")
     assert len(prompts) == 2
     assert "Pick an option for question 1" in prompts[1]["text"] and "Option B" in prompts[1]["text"]
@@ -170,7 +170,7 @@ def test_ask_and_never_wait__answered__one_resume_turn_and_200(stack: LocalStack
     c = Client(stack, sim, user)
     sid = c.start("[nowait] plan the migration")
     cid = c.question(sid, "active_live")["clarification_id"]  # within the ask's lease: it still looks live
-    assert sim.wait_idle(15)
+    assert sim.wait_idle(DEADLINE)
 
     with confirm_wait(1.0):
         resp = c.respond(cid, {"answers": [{"question_id": "q1", "selected_options": ["b"]}]})
@@ -179,7 +179,7 @@ def test_ask_and_never_wait__answered__one_resume_turn_and_200(stack: LocalStack
     assert resp.json() == {"clarification_id": cid, "status": "answered", "delivery": "resumed"}
     prompts = c.log(sid, "prompt")
     assert len(prompts) == 2 and "You previously asked the user" in prompts[1]["text"]  # one resume, once
-    assert sim.wait_idle(15)
+    assert sim.wait_idle(DEADLINE)
     assert c.posted(sid)[-2][0] == "message" and c.posted(sid)[-1][0] == "turn_completed"  # it carried on
     assert c.session(sid)["state"] == "IDLE"
 
@@ -189,7 +189,7 @@ def test_ask_and_never_wait__skipped__recorded_and_no_resume(stack: LocalStack, 
     c = Client(stack, sim, user)
     sid = c.start("[nowait] plan the migration")
     cid = c.question(sid, "active_live")["clarification_id"]
-    assert sim.wait_idle(15)
+    assert sim.wait_idle(DEADLINE)
 
     with confirm_wait(1.0):
         resp = c.respond(cid, {"rejected": True})

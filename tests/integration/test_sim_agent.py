@@ -158,7 +158,7 @@ def prompt(sim: SimAgent, text: str, session_id: str = "s1") -> requests.Respons
         "text": text,
         "agent_token": TOKEN,
     }
-    return requests.post(f"{sim.url}/prompt", json=body, timeout=5)
+    return requests.post(f"{sim.url}/prompt", json=body, timeout=30)
 
 
 def settle(sim: SimAgent) -> None:
@@ -291,7 +291,7 @@ def test_cancel_during_poll_acks_and_stops(agent: SimAgent, backend: FakeBackend
 
     resp = requests.post(
         f"{agent.url}/cancel",
-        timeout=5,
+        timeout=30,
         json={"session_id": "s1", "execution_id": "e1", "prompt_generation": 3, "silent": False},
     )
 
@@ -315,7 +315,7 @@ def test_slow_sleeps_before_first_frame_and_cancel_cuts_it_short(agent: SimAgent
     requests.post(
         f"{agent.url}/cancel",
         json={"session_id": "s1", "execution_id": "e1", "prompt_generation": 3, "silent": True},
-        timeout=5,
+        timeout=30,
     )
     settle(agent)
     backend.wait_for(lambda: "cancel_ack" in backend.frame_types())
@@ -327,7 +327,7 @@ def test_slow_sleeps_before_first_frame_and_cancel_cuts_it_short(agent: SimAgent
 def test_log_health_and_unknown_routes(agent: SimAgent, backend: FakeBackend) -> None:
     prompt(agent, "[hang] anything")
 
-    events = requests.get(f"{agent.url}/log", timeout=5).json()["events"]
+    events = requests.get(f"{agent.url}/log", timeout=30).json()["events"]
     assert events[0]["kind"] == "prompt"
     assert {k: events[0][k] for k in ("session_id", "turn_id", "text", "prompt_generation", "execution_id")} == {
         "session_id": "s1",
@@ -337,10 +337,10 @@ def test_log_health_and_unknown_routes(agent: SimAgent, backend: FakeBackend) ->
         "execution_id": "e1",
     }
     assert "at" in events[0]
-    assert requests.get(f"{agent.url}/health", timeout=5).json() == {"ok": True, "running": 0}
-    missing = requests.get(f"{agent.url}/nope", timeout=5)
+    assert requests.get(f"{agent.url}/health", timeout=30).json() == {"ok": True, "running": 0}
+    missing = requests.get(f"{agent.url}/nope", timeout=30)
     assert missing.status_code == 404 and "error" in missing.json()
-    assert requests.post(f"{agent.url}/prompt", data=b"{", timeout=5).status_code == 400
+    assert requests.post(f"{agent.url}/prompt", data=b"{", timeout=30).status_code == 400
     assert backend.calls == []
 
 
@@ -351,7 +351,7 @@ def test_backend_error_is_logged_and_server_keeps_serving(backend: FakeBackend) 
         assert sim.wait_idle(DEADLINE)
         error = [e for e in sim.events() if e["kind"] == "error"][0]
         assert error["status"] is None and error["path"].endswith("/frames")
-        assert requests.get(f"{sim.url}/health", timeout=5).status_code == 200
+        assert requests.get(f"{sim.url}/health", timeout=30).status_code == 200
     finally:
         sim.stop()
 
@@ -378,10 +378,10 @@ def test_record_file_holds_each_prompt_before_it_is_acknowledged(backend: FakeBa
 def test_steer_is_taken_and_recorded_only_while_a_script_runs(agent: SimAgent, backend: FakeBackend) -> None:
     steer = {"session_id": "s1", "execution_id": "e1", "prompt_generation": 3, "turn_id": "t1",
              "text": "also this", "agent_token": TOKEN}
-    assert requests.post(f"{agent.url}/steer", json=steer, timeout=5).status_code == 409  # nothing runs
+    assert requests.post(f"{agent.url}/steer", json=steer, timeout=30).status_code == 409  # nothing runs
     prompt(agent, "[slow:60] working")
-    assert requests.get(f"{agent.url}/health", timeout=5).json() == {"ok": True, "running": 1}
-    assert requests.post(f"{agent.url}/steer", json=steer, timeout=5).status_code == 202
+    assert requests.get(f"{agent.url}/health", timeout=30).json() == {"ok": True, "running": 1}
+    assert requests.post(f"{agent.url}/steer", json=steer, timeout=30).status_code == 202
     steers = [(e["text"], e["accepted"]) for e in agent.events() if e["kind"] == "steer"]
     assert steers == [("also this", False), ("also this", True)]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.support.flow import ApiClient
+from tests.support.wait import DEADLINE
 
 
 def test_message__idle_session__agent_reply_and_turn_events(stack: LocalStack, user: ApiClient,
@@ -12,7 +13,7 @@ def test_message__idle_session__agent_reply_and_turn_events(stack: LocalStack, u
     session = user.post(f"/tasks/{task['id']}/sessions", {}).json()
     sent = user.post(f"/sessions/{session['id']}/messages", {"client_message_id": "m1", "content": "hello"})
     assert sent.status_code == 201 and sent.json()["admission"] == "sent"
-    assert sim.wait_idle(5)
+    assert sim.wait_idle(DEADLINE)
     assert stack.pump is not None
     stack.pump.drain()
     messages = user.get(f"/sessions/{session['id']}/transcript").json()["messages"]

@@ -27,6 +27,7 @@ from tests.support.routes import (
     owner_token,
     snapshot,
 )
+from tests.support.wait import DEADLINE
 
 # POST routes that read no body (per the contract): everything else that is POSTed must be a JSON object.
 BODYLESS = {V1 + "/sessions/{session_id}/cancel", V1 + "/clarifications/{clarification_id}/dismiss",
@@ -221,7 +222,7 @@ def test_send_message__bad_fields__400_naming_the_field_and_nothing_written(stac
 
     longest = {"client_message_id": "m" * v.MAX_ID, "content": "x" * v.MAX_CONTENT}
     assert user.post(f"/sessions/{s.session_id}/messages", longest).status_code == 201
-    assert sim.wait_idle(5)
+    assert sim.wait_idle(DEADLINE)
     assert snapshot() != before
 
 

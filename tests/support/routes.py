@@ -14,6 +14,7 @@ from chalicelib import bootstrap
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.support.flow import ApiClient
+from tests.support.wait import DEADLINE
 
 V1 = "/api/v1"
 AGENT_PREFIX = V1 + "/agent/"
@@ -119,7 +120,7 @@ def build_world(stack: LocalStack, user: ApiClient, sim: SimAgent) -> World:
         sent = user.post(f"/sessions/{session['id']}/messages", {"client_message_id": f"m{n}", "content": "hello"})
         assert sent.status_code == 201, sent.text
         ids.append({"task_id": task["id"], "session_id": session["id"]})
-    assert sim.wait_idle(5)
+    assert sim.wait_idle(DEADLINE)
     for entry in ids:
         messages = user.get(f"/sessions/{entry['session_id']}/transcript").json()["messages"]
         entry["message_id"] = next(m["id"] for m in messages if m["author_type"] == "agent")
