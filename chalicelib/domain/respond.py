@@ -69,6 +69,13 @@ def outcome(command: Respond, bundle: Bundle, row_ids: Sequence[str], field: str
     return Outcome(status="answered", answers=tuple(seen[q] for q in row_ids))
 
 
+def skip_text(reason: str) -> str:
+    """The prompt that hands a Skip to the agent (when the watchdog re-prompts it): the user's reason, if any,
+    is part of the answer."""
+    why = f" Their reason: {reason.strip()}" if reason.strip() else ""
+    return f"The user skipped your question.{why} Continue without that information."
+
+
 def summary_text(bundle: Bundle, outcome_rows: Mapping[str, Mapping[str, Any]]) -> str:
     """The prompt that hands an answer to the agent: each question with the chosen labels or text."""
     lines = ["You previously asked the user:"]

@@ -26,7 +26,7 @@ from ..domain.errors import (
     NotFound,
 )
 from ..domain.model import Bundle, Delivery, Session, Watchdog
-from ..domain.respond import Outcome, outcome, summary_text
+from ..domain.respond import Outcome, outcome, skip_text, summary_text
 from ..domain.rules import bundle_is_active, moved_on, row_pending
 from .clarifications import bundle_for_agent, bundle_for_user, inactive
 from .deps import Deps
@@ -226,7 +226,7 @@ def confirm(deps: Deps, caller: Caller, clarification_id: str, command: Confirm)
         raise ClarificationInactive("this delivery was restored or lost", reason="delivery_lost")
     responses = {r.question.question_id: dict(r.response) for r in bundle.rows if r.response is not None}
     text = (summary_text(bundle, responses) if d.outcome == "answered"
-            else "The user skipped your question. Continue without that information.")
+            else skip_text(str(outcome_payload(bundle).get("reject_reason", ""))))
     due = deps.after(deps.settings.watchdog_timeout)
     watchdog = Watchdog(clarification_id=bundle.id, turn_id=bundle.turn_id, execution_id=session.execution_id,
                         prompt_generation=session.generation, due=due, text=text)

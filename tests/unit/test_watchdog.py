@@ -75,6 +75,13 @@ def test_confirm__live_skip__watchdog_carries_the_rejection(w: World) -> None:
     assert "skipped" in armed.text and "Postgres" not in armed.text
 
 
+def test_confirm__live_skip_with_a_reason__the_re_prompt_carries_the_reason(w: World) -> None:
+    """The agent confirmed a Skip and died before using it: the watchdog's re-prompt is the whole answer, the
+    user's reason included (the load run found it dropped)."""
+    _, _, armed = _armed(w, {"rejected": True, "reject_reason": "ask the DBA instead"})
+    assert "skipped" in armed.text and "ask the DBA instead" in armed.text
+
+
 def test_confirm__armed_in_the_confirmation_write_itself(w: World) -> None:
     """The watchdog is observable no later than the confirmation the agent waits for."""
     sid, cid = w.waiting()
