@@ -196,6 +196,7 @@ class Session:
     recon_due: str | None = None
     queue: tuple[Prompt, ...] = ()  # messages admitted while the agent was mid-turn, in order
     quarantine: Quarantine | None = None
+    archived: int = 0  # closed bundles moved to history so far (readers skip the archive while it is 0)
 
     @property
     def quarantined(self) -> bool:

@@ -16,6 +16,7 @@ from ..domain.commands import Ask
 from ..domain.errors import ClarificationInactive, NotFound, SessionUnavailable, TurnConflict
 from ..domain.model import TERMINAL_STATES, Bundle, Row, Session, State, Turn
 from ..store import codec
+from . import archive
 from .access import session_for_agent, session_for_user
 from .budget import ensure_room
 from .deps import Deps
@@ -29,24 +30,30 @@ def bundle_for_agent(deps: Deps, caller: Caller, clarification_id: str) -> tuple
     session_id = clarify.session_of(clarification_id)
     if session_id is None:
         raise NotFound("clarification not found")
-    session = session_for_agent(deps, caller, session_id)
-    return session, _bundle(session, clarification_id)
+    session, bundle, _ = _located(deps, session_for_agent(deps, caller, session_id), clarification_id)
+    return session, bundle
 
 
 def bundle_for_user(deps: Deps, caller: Caller, clarification_id: str) -> tuple[Session, Bundle]:
+    session, bundle, _ = located_for_user(deps, caller, clarification_id)
+    return session, bundle
+
+
+def located_for_user(deps: Deps, caller: Caller, clarification_id: str) -> tuple[Session, Bundle, bool]:
+    """The caller's bundle, the session holding it, and whether it was found in history (archived)."""
     session_id = clarify.session_of(clarification_id)
     if session_id is None:
         raise NotFound("clarification not found")
-    session = session_for_user(deps, caller, session_id)
-    return session, _bundle(session, clarification_id)
+    return _located(deps, session_for_user(deps, caller, session_id), clarification_id)
 
 
-def _bundle(session: Session, clarification_id: str) -> Bundle:
-    bundle = session.bundle(clarification_id)
-    if bundle is None:
+def _located(deps: Deps, session: Session, clarification_id: str) -> tuple[Session, Bundle, bool]:
+    found = archive.find(deps, session, clarification_id)
+    if found is None:
         raise NotFound("clarification not found")
+    holding, bundle = found
     obs.bind(clarification=bundle.id, turn=bundle.turn_id)
-    return bundle
+    return holding, bundle, holding is not session
 
 
 # ------------------------------------------------------------------ ask

@@ -41,6 +41,8 @@ class Settings:
     # rest, up to DynamoDB's 400 KB item limit, is headroom every other write (answers, detach, frames,
     # cancel, the reconciler) can always rely on.
     session_budget_bytes: int = 300 * 1024
+    # Past this size, the next ask or message first moves the session's closed bundles to history.
+    session_compact_bytes: int = 32 * 1024
     bus_attempts: int = 3  # tries per bus entry within one publication before it is reported as failed
     bus_backoff: float = 0.2  # seconds before the second try, doubling after
 

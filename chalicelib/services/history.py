@@ -8,6 +8,7 @@ from ..auth.tokens import Caller
 from ..domain.errors import ConditionFailed, Contended, NotFound
 from ..domain.model import Dispatch, Message, Prompt, Session, TurnRecord
 from ..domain.rules import published_turn
+from . import archive
 from .access import session_for_user
 from .deps import Deps
 
@@ -21,6 +22,7 @@ class Transcript:
 def transcript(deps: Deps, caller: Caller, session_id: str) -> Transcript:
     session = session_for_user(deps, caller, session_id, reading=True)
     _, messages = deps.store.list_history(session.id)
+    session = archive.with_archived(deps, session)  # closed bundles that moved to history show as before
     return Transcript(session, _with_bundles(session, _with_prompt(session, messages)) + _queued(session))
 
 
@@ -68,7 +70,7 @@ def turns(deps: Deps, caller: Caller, session_id: str) -> list[TurnRecord]:
 def _with_bundles(session: Session, messages: list[Message]) -> list[Message]:
     """History plus the aggregate's bundles the stream has not copied yet (the aggregate is never stale).
 
-    A clarification anchor whose bundle was deleted from the aggregate is dropped with it.
+    A clarification anchor whose bundle was deleted (neither in the aggregate nor archived) is dropped with it.
     """
     known = {m.clarification_id for m in messages if m.clarification_id}
     live = {b.id for b in session.bundles}
@@ -119,13 +121,17 @@ def delivery_note(p: Prompt, ended: bool = False) -> dict[str, Any]:
 
 
 def delete_message(deps: Deps, caller: Caller, session_id: str, message_id: str) -> None:
-    """Remove one transcript message. A clarification entry removes that bundle only; the turn pointer
-    never moves, so deleting a newer turn's messages cannot reactivate an older question."""
+    """Remove one transcript message. A clarification entry removes that bundle only (from the aggregate,
+    or its history record once archived); the turn pointer never moves, so deleting a newer turn's messages
+    cannot reactivate an older question."""
     session = session_for_user(deps, caller, session_id)
     _, messages = deps.store.list_history(session.id)
     message = next((m for m in _with_prompt(session, messages) if m.id == message_id), None)
     bundle = next((b for b in session.bundles if b.message_id == message_id), None)
-    if message is None and bundle is None:
+    archived = deps.store.get_archived(session.id, message_id) if bundle is None and session.archived else None
+    if archived is not None and archived.message_id != message_id:
+        archived = None
+    if message is None and bundle is None and archived is None:
         raise NotFound("message not found")
     if bundle is not None:
         try:
@@ -134,7 +140,9 @@ def delete_message(deps: Deps, caller: Caller, session_id: str, message_id: str)
             current = exc.session or deps.store.get_session(session.id)
             if current is not None and current.bundle(bundle.id) is not None:
                 raise Contended("an answer to this question is being delivered; delete it once that finished") from exc
-            # else: already removed by a concurrent delete
+            archived = bundle  # removed by a concurrent delete, or archived meanwhile: its record goes too
+    if archived is not None:
+        deps.store.delete_archived(session.id, archived.id)
     if session.prompt is not None and session.prompt.message_id == message_id and not session.prompt.hidden:
         try:
             deps.store.hide_prompt(session.id, message_id, deps.now())

@@ -37,6 +37,7 @@ from ..domain.respond import LateAnswer, late_answer
 from ..domain.rules import bundle_is_active, input_capable
 from ..store import codec
 from ..store.protocol import Remembered
+from . import archive
 from .access import session_for_user
 from .budget import ensure_room
 from .deps import Deps
@@ -79,9 +80,10 @@ def send_message(deps: Deps, caller: Caller, session_id: str, command: SendMessa
 
 
 def _late(deps: Deps, session: Session, reply: ReplyTo) -> LateAnswer:
-    bundle = session.bundle(reply.clarification_id)
-    if bundle is None or clarify.session_of(reply.clarification_id) != session.id:
+    found = archive.find(deps, session, reply.clarification_id)
+    if found is None or clarify.session_of(reply.clarification_id) != session.id:
         raise ValidationError("in_reply_to.clarification_id", "not a question of this session")
+    session, bundle = found
     if bundle_is_active(session, bundle):
         raise ClarificationActive("the question is still active: answer it through respond")
     state = clarify.derived_state(session, bundle, deps.now())

@@ -247,6 +247,7 @@ def _session_from_item(item: Mapping[str, Any]) -> Session:
         recon_due=item.get("recon_due") or None,
         queue=tuple(p for p in (prompt_from_item(q) for q in item.get("queue") or []) if p is not None),
         quarantine=quarantine_from_item(item.get("quarantine")),
+        archived=int(item.get("archived", 0)),
     )
 
 
@@ -271,6 +272,8 @@ def session_to_item(s: Session) -> dict[str, Any]:
     item["queue"] = [prompt_to_item(p) for p in s.queue]
     if s.quarantine:
         item["quarantine"] = {"reason": s.quarantine.reason, "at": s.quarantine.at}
+    if s.archived:
+        item["archived"] = s.archived
     return item
 
 
@@ -301,6 +304,22 @@ def history_sk_turn(seq: int) -> str:
 def history_sk_message(turn_seq: int, created_at: str, message_id: str) -> str:
     # Messages sort after their turn record and by time within the turn.
     return f"T#{turn_seq:010d}#M#{created_at}#{message_id}"
+
+
+def history_sk_archive(bundle_id: str) -> str:
+    # Before every turn's entries ("A" < "T"); a Query for the archive alone reads this prefix.
+    return f"A#{bundle_id}"
+
+
+def archive_to_item(session: Session, bundle: Bundle) -> dict[str, Any]:
+    """A closed bundle's history record: the bundle exactly as it left the aggregate."""
+    return {"session_id": session.id, "sk": history_sk_archive(bundle.id), "kind": "archive", "item_id": bundle.id,
+            "workspace_id": session.workspace_id, "task_id": session.task_id, "turn_id": bundle.turn_id,
+            "turn_seq": 0, "created_at": bundle.created_at, "bundle": bundle_to_item(bundle)}
+
+
+def archive_from_item(item: Mapping[str, Any]) -> Bundle:
+    return bundle_from_item(item["item_id"], item["bundle"])
 
 
 def message_from_history(item: Mapping[str, Any]) -> Message:

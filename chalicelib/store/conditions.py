@@ -22,7 +22,8 @@ def session_exists() -> Clause:
 
 
 def version_is(version: int) -> Clause:
-    """Nothing changed in the aggregate since the caller read it (a guard over several aggregates)."""
+    """Nothing changed in the aggregate since the caller read it (a guard over several aggregates; an archive
+    record must hold exactly what leaves the aggregate)."""
     return Equals(("version",), version)
 
 

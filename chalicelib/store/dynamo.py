@@ -2,21 +2,21 @@
 plain records (chalicelib.store.records). The writes themselves are defined in chalicelib.store.writes."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .. import aws
 from ..domain.errors import AlreadyRemembered, ConditionFailed
-from ..domain.model import Session, Task
+from ..domain.model import Bundle, Session, Task
 from . import codec
 from .document import Write
 from .errors import CONDITION_FAILED, error_code, guarded, translate
 from .expr import to_attr
 from .models import SessionRecord, TaskRecord
 from .protocol import Remembered
-from .records import DynamoRecords, remember_put
+from .records import DynamoRecords, archive_put, remember_put
 from .writes import QUARANTINE_SHARD, ConditionalWrites
 
 
@@ -68,53 +68,63 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
 
     def _commit(self, session_id: str, write: Write, remember: Remembered | None = None) -> Session:
         """One UpdateItem; with `remember`, one transaction with the idempotency record's creation."""
-        update = {"TableName": self.sessions_table, "Key": {"session_id": {"S": session_id}},
-                  "ReturnValuesOnConditionCheckFailure": "ALL_OLD", **write.render()}
         if remember is not None:
-            self._transact(update, remember)
-            session = self.get_session(session_id)  # a transaction returns no item
-            assert session is not None
-            return session
-        try:
-            resp = self.client.update_item(**update, ReturnValues="ALL_NEW")
-        except ClientError as exc:
-            old = exc.response.get("Item") if error_code(exc) == CONDITION_FAILED else None
-            raise translate(exc, current=_session(old)) from exc
-        except BotoCoreError as exc:
-            raise translate(exc) from exc
+            self._transact(self._update(session_id, write), [remember_put(remember)], remembering=True)
+            return self._read_back(session_id)
+        resp = self._update_item(self._update(session_id, write), ReturnValues="ALL_NEW")
         return codec.session_from_item(codec.from_attrs(resp["Attributes"]))
 
+    def _commit_archiving(self, session_id: str, write: Write, session: Session,
+                          bundles: Sequence[Bundle]) -> Session:
+        self._transact(self._update(session_id, write), [archive_put(session, b) for b in bundles])
+        return self._read_back(session_id)
+
     def _apply(self, session_id: str, write: Write) -> None:
+        self._update_item(self._update(session_id, write))
+
+    def _update(self, session_id: str, write: Write) -> dict[str, Any]:
+        return {"TableName": self.sessions_table, "Key": {"session_id": {"S": session_id}},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD", **write.render()}
+
+    def _update_item(self, update: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        """The one UpdateItem of the aggregate's write path; a failed condition carries the current item."""
         try:
-            self.client.update_item(TableName=self.sessions_table, Key={"session_id": {"S": session_id}},
-                                    ReturnValuesOnConditionCheckFailure="ALL_OLD", **write.render())
+            return dict(self.client.update_item(**update, **extra))
         except ClientError as exc:
             old = exc.response.get("Item") if error_code(exc) == CONDITION_FAILED else None
             raise translate(exc, current=_decoded(old)) from exc
         except BotoCoreError as exc:
             raise translate(exc) from exc
 
+    def _read_back(self, session_id: str) -> Session:
+        session = self.get_session(session_id)  # a transaction returns no item
+        assert session is not None
+        return session
+
     def quarantined_sessions(self) -> list[str]:
         def query() -> list[str]:
             return [r.session_id for r in SessionRecord.reconciler_work.query(QUARANTINE_SHARD)]
         return guarded(query)
 
-    def _transact(self, update: dict[str, Any], remember: Remembered) -> None:
+    def _transact(self, update: dict[str, Any], puts: list[dict[str, Any]], *, remembering: bool = False) -> None:
+        """The aggregate's update and plain records' creation in one transaction; with `remembering`, the
+        first record is the idempotency record, whose failed condition means the key was used."""
         try:
-            self.client.transact_write_items(TransactItems=[{"Update": update}, {"Put": remember_put(remember)}])
+            self.client.transact_write_items(TransactItems=[{"Update": update}, *({"Put": p} for p in puts)])
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
                 raise translate(exc) from exc
-            # The reasons come in request order: the aggregate's update, then the record.
+            # The reasons come in request order: the aggregate's update, then the records.
             reasons = exc.response.get("CancellationReasons", [])
             codes = [r.get("Code") for r in reasons]
-            if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+            if remembering and len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
                 raise AlreadyRemembered("this idempotency key was already used") from exc
             if codes and codes[0] == "ConditionalCheckFailed":
-                raise ConditionFailed("the session changed", current=_session(reasons[0].get("Item"))) from exc
-            if codes and codes[0] == "ValidationError":
+                raise ConditionFailed("the session changed", current=_decoded(reasons[0].get("Item"))) from exc
+            invalid = next((r for r in reasons if r.get("Code") == "ValidationError"), None)
+            if invalid is not None:
                 raise translate(ClientError({"Error": {"Code": "ValidationException",
-                                                       "Message": str(reasons[0].get("Message", ""))}},
+                                                       "Message": str(invalid.get("Message", ""))}},
                                             "TransactWriteItems")) from exc
             raise translate(exc) from exc
         except BotoCoreError as exc:
@@ -155,13 +165,9 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
             raise translate(exc) from exc
 
 
-def _session(item: dict[str, Any] | None) -> Session | None:
-    return codec.session_from_item(codec.from_attrs(item)) if item else None
-
-
 def _decoded(item: dict[str, Any] | None) -> Session | None:
     """The current aggregate of a failed condition, if it decodes (a quarantined one may not)."""
     try:
-        return _session(item)
+        return codec.session_from_item(codec.from_attrs(item)) if item else None
     except Exception:
         return None

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from ..domain.errors import AlreadyRemembered, ConditionFailed, ItemTooLarge, StoreRejected
-from ..domain.model import Event, Message, Session, Task, TurnRecord
+from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
 from . import codec
 from .document import InvalidPath, Write
 from .protocol import Remembered
@@ -29,6 +29,7 @@ class MemoryStore(ConditionalWrites):
         self.task_items: dict[str, dict[str, Any]] = {}
         self.history: dict[str, dict[str, Message | TurnRecord]] = {}
         self.tombstones: set[tuple[str, str]] = set()
+        self.archive: dict[str, dict[str, dict[str, Any]]] = {}  # session -> bundle id -> archive record
         self.events: dict[str, dict[str, tuple[str, Event]]] = {}
         self.meta: dict[str, str] = {}
         self.remembered: dict[str, Remembered] = {}
@@ -49,6 +50,18 @@ class MemoryStore(ConditionalWrites):
                 self.remembered[remember.key] = remember
             self.writes += 1
             return session
+
+    def _commit_archiving(self, session_id: str, write: Write, session: Session,
+                          bundles: Sequence[Bundle]) -> Session:
+        with self._lock:
+            records = [codec.archive_to_item(session, b) for b in bundles]
+            for record in records:
+                _check_size(record)
+            new = self._commit(session_id, write)
+            for record in records:
+                self.archive.setdefault(session_id, {})[record["item_id"]] = record
+            self.writes += len(records)
+            return new
 
     def _apply(self, session_id: str, write: Write) -> None:
         with self._lock:
@@ -183,6 +196,20 @@ class MemoryStore(ConditionalWrites):
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
         items = [v for _, v in sorted(self.history.get(session_id, {}).items())]
         return ([i for i in items if isinstance(i, TurnRecord)], [i for i in items if isinstance(i, Message)])
+
+    def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None:
+        record = self.archive.get(session_id, {}).get(bundle_id)
+        return codec.archive_from_item(record) if record is not None else None
+
+    def list_archived(self, session_id: str) -> list[Bundle]:
+        records = sorted(self.archive.get(session_id, {}).values(), key=lambda r: r["sk"])
+        return [codec.archive_from_item(r) for r in records]
+
+    def delete_archived(self, session_id: str, bundle_id: str) -> bool:
+        with self._lock:
+            removed = self.archive.get(session_id, {}).pop(bundle_id, None) is not None
+            self.writes += removed
+            return removed
 
     # ---------------------------------------------------------------- events
     def put_event(self, event: Event, written_at: str) -> bool:

@@ -108,6 +108,16 @@ class Store(Protocol):
 
     def hide_prompt(self, session_id: str, message_id: str, at: str) -> Session: ...
 
+    def archive_bundles(self, session: Session, bundles: Sequence[Bundle], at: str) -> Session:
+        """`bundles` (closed for good) leave `session`, as read, for their history records, in one transaction."""
+        ...
+
+    def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None: ...
+    def list_archived(self, session_id: str) -> list[Bundle]: ...
+    def delete_archived(self, session_id: str, bundle_id: str) -> bool:
+        """The user deleted an archived bundle's transcript message: its record goes (True if it was there)."""
+        ...
+
     # -- responses, delivery intents, reservations, watchdog (the recovery operations are required members:
     #    no store can be wired into the app without them)
     def renew_waiter(self, session_id: str, bundle_id: str, row_ids: Sequence[str], *, until: str,

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..domain.errors import AlreadyRemembered, ConditionFailed
-from ..domain.model import Event, Message, Task, TurnRecord
+from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
 from ..domain.time import parse_iso
 from . import codec
 from .errors import guarded
@@ -117,7 +117,7 @@ class DynamoRecords:
             turns, messages = [], []
             for rec in HistoryRecord.query(session_id, consistent_read=True):
                 item = codec.plain(rec.attribute_values)
-                if item.get("deleted"):
+                if item.get("deleted") or item["kind"] == "archive":
                     continue
                 if item["kind"] == "turn":
                     turns.append(codec.turn_record_from_history(item))
@@ -125,6 +125,38 @@ class DynamoRecords:
                     messages.append(codec.message_from_history(item))
             return turns, messages
         return guarded(query)
+
+    # ---------------------------------------------------------------- archived bundles (history records)
+    def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None:
+        resp = guarded(lambda: self.client.get_item(
+            TableName=HistoryRecord.Meta.table_name, ConsistentRead=True,
+            Key={"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(bundle_id)}}))
+        item = resp.get("Item")
+        return codec.archive_from_item(codec.from_attrs(item)) if item else None
+
+    def list_archived(self, session_id: str) -> list[Bundle]:
+        def query() -> list[Bundle]:
+            out: list[Bundle] = []
+            kwargs: dict[str, Any] = {
+                "TableName": HistoryRecord.Meta.table_name, "ConsistentRead": True,
+                "KeyConditionExpression": "session_id = :s AND begins_with(sk, :a)",
+                "ExpressionAttributeValues": {":s": {"S": session_id}, ":a": {"S": codec.history_sk_archive("")}}}
+            while True:
+                resp = self.client.query(**kwargs)
+                out.extend(codec.archive_from_item(codec.from_attrs(i)) for i in resp.get("Items", []))
+                if "LastEvaluatedKey" not in resp:
+                    return out
+                kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        return guarded(query)
+
+    def delete_archived(self, session_id: str, bundle_id: str) -> bool:
+        try:
+            guarded(lambda: self.client.delete_item(
+                TableName=HistoryRecord.Meta.table_name, ConditionExpression="attribute_exists(sk)",
+                Key={"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(bundle_id)}}))
+            return True
+        except ConditionFailed:
+            return False
 
     # ---------------------------------------------------------------- events
     def put_event(self, event: Event, written_at: str) -> bool:
@@ -186,6 +218,11 @@ def remember_put(entry: Remembered) -> dict[str, Any]:
                      "response": {"S": json.dumps(dict(entry.response))},
                      "expires_at": {"N": str(entry.expires_at)}},
             "ConditionExpression": "attribute_not_exists(#k)", "ExpressionAttributeNames": {"#k": "key"}}
+
+
+def archive_put(session: Session, bundle: Bundle) -> dict[str, Any]:
+    """PutItem arguments of a closed bundle's history record (inside the archiving transaction)."""
+    return {"TableName": HistoryRecord.Meta.table_name, "Item": _attrs(codec.archive_to_item(session, bundle))}
 
 
 def _attrs(item: dict[str, Any]) -> dict[str, Any]:

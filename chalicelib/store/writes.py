@@ -112,6 +112,12 @@ class ConditionalWrites(ABC):
         ...
 
     @abstractmethod
+    def _commit_archiving(self, session_id: str, write: Write, session: Session, bundles: Sequence[Bundle]) -> Session:
+        """Apply `write` and create the archive records of `bundles` (codec.archive_to_item) in one
+        transaction; returns the new aggregate. Raises ConditionFailed carrying the current aggregate."""
+        ...
+
+    @abstractmethod
     def _commit_task(self, task_id: str, write: Write, checks: Mapping[str, Write] | None = None) -> Task:
         """Apply `write` to the task item; with `checks` (session id -> conditions), in one transaction that
         also requires every check to hold. Raises ConditionFailed (carrying the current task when the task's
@@ -211,6 +217,16 @@ class ConditionalWrites(ABC):
         its way: that delivery needs it to finish."""
         w = _Builder().require(c.bundle_exists(bundle_id), c.bundle_settled(bundle_id)).drop(("bundles", bundle_id))
         return self._commit(session_id, w.done(at))
+
+    def archive_bundles(self, session: Session, bundles: Sequence[Bundle], at: str) -> Session:
+        """Closed bundles leave the aggregate for their history records in one transaction, and only from
+        the very aggregate they were read from (its version): a record holds exactly what left, and a bundle
+        that left can never be archived again, deleted or not."""
+        w = _Builder().require(c.version_is(session.version))
+        for bundle in bundles:
+            w.drop(("bundles", bundle.id))
+        w.put(("archived",), session.archived + len(bundles))
+        return self._commit_archiving(session.id, w.done(at), session, bundles)
 
     def hide_prompt(self, session_id: str, message_id: str, at: str) -> Session:
         """The latest prompt's transcript message was deleted: the aggregate stops showing it."""

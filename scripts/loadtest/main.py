@@ -102,7 +102,18 @@ def drive(args: argparse.Namespace, stack: LoadStack, journal: Journal, rng: ran
 
 
 def inject_faults(stack: LoadStack, rng: random.Random, interval: float, until: float) -> None:
-    """kill -9 api, worker and agent in a shuffled rotation at random moments (mean `interval`)."""
+    """kill -9 api, worker and agent in a shuffled rotation at random moments (mean `interval`).
+
+    The first rotation is spread over the first half of the run whatever `interval` says, so every process
+    dies at least once even when a restart takes long on a loaded machine (a kill waits for the restart)."""
+    first = rng.sample(TARGETS, len(TARGETS))
+    half = max(0.0, until - time.time()) / 2
+    begin = time.time()
+    for i, target in enumerate(first):
+        gevent.sleep(max(0.0, begin + half * (i + rng.uniform(0.5, 1.0)) / len(first) - time.time()))
+        if time.time() >= until:
+            return
+        _kill(stack, target)
     order: list[str] = []
     while True:
         gevent.sleep(rng.uniform(0.5, 1.5) * interval)
@@ -110,9 +121,13 @@ def inject_faults(stack: LoadStack, rng: random.Random, interval: float, until: 
             return
         if not order:
             order = rng.sample(TARGETS, len(TARGETS))
-        fault = stack.crash(order.pop())
-        print(f"fault: kill -9 {fault.target} (pid {fault.pid}); back after {fault.back - fault.killed:.1f}s"
-              + (f"; reconciler {fault.reconciler}" if fault.reconciler else ""), flush=True)
+        _kill(stack, order.pop())
+
+
+def _kill(stack: LoadStack, target: str) -> None:
+    fault = stack.crash(target)
+    print(f"fault: kill -9 {fault.target} (pid {fault.pid}); back after {fault.back - fault.killed:.1f}s"
+          + (f"; reconciler {fault.reconciler}" if fault.reconciler else ""), flush=True)
 
 
 def request_of(request_type: str, name: str, response_time: float, response: Any, context: dict[str, Any],

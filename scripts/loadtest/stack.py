@@ -4,7 +4,6 @@ new deployment that serves only after the before-traffic reconciler ran for it).
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -15,17 +14,12 @@ import requests
 
 from scripts.local import run
 from scripts.local.bus import ensure_bus
+from scripts.local.ports import free_port
 
 from .journal import Fault, Journal
 
 TARGETS = ("api", "worker", "agent")
 AGENT_RETRY_FOR = 30.0  # the simulated agent waits out an API restart instead of dropping its script
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LoadStack:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chalicelib.domain.errors import ConditionFailed
-from chalicelib.domain.model import Dispatch, Session, StartEvent, State, Turn
+from chalicelib.domain.model import Bundle, Dispatch, Session, StartEvent, State, Turn
 from chalicelib.store import codec
 from chalicelib.store.writes import ConditionalWrites
 from tests.contract.builders import (
@@ -71,6 +71,10 @@ def running(sid: str) -> Session:
 
 def idle(sid: str) -> Session:
     return session(sid, turn=replace(T1, completed_at=AT), state=State.IDLE)
+
+
+def closed_bundle(sid: str, name: str) -> Bundle:
+    return bundle(sid, name, T1, row("q1", "answered", response={"answer": "yes"}), row("q2", "rejected"))
 
 
 def b1(s: Session) -> str:
@@ -169,6 +173,12 @@ CASES = [
     Case("remove_bundle/an answer on its way", claimed, lambda st, s: st.remove_bundle(s.id, b1(s), at=AT), None),
     Case("remove_bundle/its reservation resuming", reserved, lambda st, s: st.remove_bundle(s.id, b1(s), at=AT),
          None),
+    Case("archive_bundles", lambda sid: session(sid, closed_bundle(sid, "b1"), closed_bundle(sid, "b2"),
+                                                bundle(sid, "b3")),
+         lambda st, s: st.archive_bundles(s, s.bundles[:2], AT),
+         lambda s: [b.id for b in s.bundles] == [f"{s.id}.b3"] and s.archived == 2),
+    Case("archive_bundles/changed since read", lambda sid: session(sid, closed_bundle(sid, "b1")),
+         lambda st, s: st.archive_bundles(replace(s, version=s.version - 1), s.bundles, AT), None),
     Case("hide_prompt", running, lambda st, s: st.hide_prompt(s.id, "m0", AT),
          lambda s: s.prompt is not None and s.prompt.hidden),
     Case("hide_prompt/another prompt", running, lambda st, s: st.hide_prompt(s.id, "m9", AT), None),
@@ -441,3 +451,21 @@ def test_workflow_step__checked_sessions_unchanged__one_transaction(store: Any) 
     with pytest.raises(ConditionFailed):  # the second session changed since the guard read version 1
         store.set_workflow_step(t.id, "done", unchanged={first.id: 1, second.id: 1})
     assert store.get_task(t.id).workflow_step == "review"
+
+
+def test_archive_bundles__records_hold_what_left__listed_found_and_deleted(store: Any) -> None:
+    sid = f"s{uuid.uuid4().hex[:10]}"
+    first, second, open_one = closed_bundle(sid, "b1"), closed_bundle(sid, "b2"), bundle(sid, "b3")
+    store.create_session(session(sid, first, second, open_one))
+    given = store.get_session(sid)
+    assert store.get_archived(sid, first.id) is None and store.list_archived(sid) == []
+    after = store.archive_bundles(given, [given.bundle(first.id), given.bundle(second.id)], AT)
+    assert after.bundles == (given.bundle(open_one.id),) and after.archived == 2
+    assert store.get_archived(sid, first.id) == given.bundle(first.id)
+    assert store.list_archived(sid) == [given.bundle(first.id), given.bundle(second.id)]
+    assert store.list_history(sid) == ([], [])  # archive records are not transcript messages
+    assert store.delete_archived(sid, first.id) is True and store.delete_archived(sid, first.id) is False
+    assert store.get_archived(sid, first.id) is None and store.list_archived(sid) == [given.bundle(second.id)]
+    with pytest.raises(ConditionFailed) as failed:  # the aggregate moved on: nothing archived, nothing written
+        store.archive_bundles(given, [given.bundle(open_one.id)], AT)
+    assert failed.value.current == after and store.list_archived(sid) == [given.bundle(second.id)]

@@ -6,18 +6,20 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from chalicelib.domain import clarify
 from chalicelib.domain.errors import DomainError
 from chalicelib.domain.model import Dispatch, Session, StartEvent, State, Turn
+from chalicelib.domain.rules import archivable, moved_on
 from chalicelib.store.dynamo import DynamoStore
 from chalicelib.store.memory import MemoryStore
 from chalicelib.store.protocol import Remembered
 from chalicelib.store.writes import ConditionalWrites
 from tests.contract.builders import answers, bundle, delivery, prompt, reservation, row, session, watchdog
 
-SEQUENCES, STEPS = 18, 40
+SEQUENCES, MAX_SEQUENCES, STEPS = 18, 60, 40
 ALL = tuple(State)
 LIVE = tuple(s for s in State if s not in (State.COMPLETED, State.FAILED, State.CANCELLED))
 Op = tuple[str, dict[str, Any]]
@@ -46,6 +48,7 @@ class Generator:
         expected = ("stale" if wrong else (turn.id if turn else None))
         new_turn = Turn(f"t{self.n}", s.turn_seq + 1, at)
         d = b.delivery if b is not None else None
+        closed = [x for x in s.bundles if archivable(s, x)]
         choices: list[Callable[[], Op]] = [
             lambda: ("start_turn", dict(expected_turn_id=expected, from_states=r.sample(ALL, 3), turn=new_turn,
                                         prompt=r.choice([None, prompt(f"m{self.n}", new_turn.id, s.generation + 1)]),
@@ -114,6 +117,8 @@ class Generator:
                                               head=s.queue[0] if s.queue else prompt("m0"), at=at)),
             lambda: ("link_late_message", dict(bundle_id=b.id if b else "x", message_id=f"m{self.n}", at=at)),
             lambda: ("remove_bundle", dict(bundle_id=b.id if b else "x", at=at)),
+            lambda: ("archive_bundles", dict(session=replace(s, version=s.version - wrong),
+                                             bundles=closed or ([b] if b else []), at=at)),
             lambda: ("hide_prompt", dict(message_id=s.prompt.message_id if s.prompt and not wrong else "m0",
                                          at=at)),
             lambda: ("reschedule", dict(expected_due=s.recon_due if not wrong else "2000",
@@ -140,16 +145,23 @@ class Generator:
             favoured |= {"start_from_queue", "complete_turn"}
         if pending:
             favoured |= {"claim"}
+        urgent = set()  # deep states that rarely last: take the write they exist for while they do
+        if d is not None and d.confirmed_at is None and b is not None and moved_on(s, b):
+            urgent |= {"retire_claim"}
+        if s.watchdog is not None and turn is not None and turn.open and turn.id == s.watchdog.turn_id:
+            urgent |= {"admit_watchdog_prompt"}
         for i, name in enumerate(names):
             if name in favoured:
                 weights[i] = 6.0
+            if name in urgent:
+                weights[i] = 30.0
         return r.choices(choices, weights)[0]()
 
 
 def _outcome(store: Any, sid: str, op: Op) -> tuple[str, Any]:
     name, kwargs = op
     try:
-        return "ok", getattr(store, name)(sid, **kwargs)
+        return "ok", getattr(store, name)(*(() if "session" in kwargs else (sid,)), **kwargs)
     except DomainError as exc:
         return type(exc).__name__, getattr(exc, "current", None)
 
@@ -158,7 +170,14 @@ def test_random_write_sequences__both_stores_answer_alike(tables: DynamoStore) -
     exercised: set[str] = set()
     succeeded: set[str] = set()
     steps = 0
-    for seed in range(SEQUENCES):
+    writes = {n for n in vars(ConditionalWrites) if not n.startswith("_")} - {
+        "set_task_summary", "set_workflow_step", "rename_task", "quarantine",
+        "release"}
+    sequences = 0
+    for seed in range(MAX_SEQUENCES):
+        if seed >= SEQUENCES and writes <= succeeded:
+            break  # seeded: the same sequences every run, as many as it takes for every write to succeed
+        sequences += 1
         rng = random.Random(seed)
         memory = MemoryStore()
         sid = f"d{uuid.uuid4().hex[:10]}"
@@ -173,13 +192,11 @@ def test_random_write_sequences__both_stores_answer_alike(tables: DynamoStore) -
             mine, theirs = _outcome(memory, sid, op), _outcome(tables, sid, op)
             assert mine == theirs, (seed, op)
             assert memory.get_session(sid) == tables.get_session(sid), (seed, op)
+            assert memory.list_archived(sid) == tables.list_archived(sid), (seed, op)
             exercised.add(op[0])
             if mine[0] == "ok":
                 succeeded.add(op[0])
             steps += 1
-    writes = {n for n in vars(ConditionalWrites) if not n.startswith("_")} - {
-        "set_task_summary", "set_workflow_step", "rename_task", "quarantine",
-        "release"}
     assert writes <= exercised, sorted(writes - exercised)
     assert writes <= succeeded, sorted(writes - succeeded)  # each write also succeeded somewhere
-    print(f"\ndifferential: {steps} steps over {SEQUENCES} sequences; {len(succeeded)} write kinds succeeded")
+    print(f"\ndifferential: {steps} steps over {sequences} sequences; {len(succeeded)} write kinds succeeded")

@@ -20,18 +20,13 @@ import pytest
 import requests
 
 from scripts.local.emulator import EmulatorThread
+from scripts.local.ports import free_port
 from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # make itself receives the Ctrl-C too and reports it (130, or -SIGINT); the run command exits 0.
 CTRL_C_EXIT = (0, 130, -signal.SIGINT)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Run:
@@ -142,7 +137,7 @@ def test_make_run__unrepairable_aggregate__set_apart_and_the_stack_serves(shared
         health = requests.get(run.url + "/health", timeout=30).json()
         assert health["quarantined_sessions"] == 1 and health["ready"] is True, health
     finally:
-        assert run.stop() in CTRL_C_EXIT
+        assert run.stop() in CTRL_C_EXIT, "".join(run.output)[-4000:]
         client.delete_item(TableName="clarify-local-sessions", Key={"session_id": {"S": "broken"}})
 
 

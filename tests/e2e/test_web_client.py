@@ -34,7 +34,7 @@ from tests.support.browser import (
 
 try:
     from axe_playwright_python.sync_playwright import Axe
-    from playwright.sync_api import Browser, Locator, Page, Request, expect
+    from playwright.sync_api import Browser, Locator, Page, Request, Route, expect
 except ImportError:  # reported by the browser fixture
     Axe = None
 
@@ -128,6 +128,11 @@ def test_create_task__opens_at_once__with_many_tasks_and_a_busy_feed(ui: Ui, flo
 
 
 # ------------------------------------------------------------------ 3. drafts: reload, and another device wins the race
+def _reads(url: str) -> bool:
+    """What tells a page of others' changes: its event feed and transcript reads."""
+    return "/events?" in url or "/transcript" in url
+
+
 def test_answer_draft__kept_on_reload__other_device_wins__winner_shown_draft_kept_readonly(
         ui: Ui, flow: Flow, browser: Browser, pump: PumpThread) -> None:
     task = flow.task("Race")
@@ -145,12 +150,22 @@ def test_answer_draft__kept_on_reload__other_device_wins__winner_shown_draft_kep
         page = other.new_page()
         page.goto(f"{ui.stack.url}/#token={ui.token}")
         page.evaluate("route => { location.hash = route; }", session_route(task, session))
-        pump.pause()  # this page does not hear of the other device's answer before it submits its own
+        # This page does not hear of the other device's answer before it submits its own: nothing reaches its
+        # feed, and whatever it reads meanwhile (a reconnect reloads the transcript) is held until it submitted.
+        pump.pause()
+        held: list[Route] = []
+
+        def hold(route: Route) -> None:
+            held.append(route)
+        ui.page.route(_reads, hold)
         page.locator("#overlay").get_by_label("Option B").check()
         page.locator("#overlay").get_by_role("button", name="Submit answers").click()
         expect(page.locator(f'li.clar[data-clarification-id="{cid}"]')).to_contain_text("Option B")
         ui.shot("before-submit")
         ui.overlay().get_by_role("button", name="Submit answers").click()  # two devices raced: this one lost
+        ui.page.unroute(_reads, hold)
+        for route in held:
+            route.continue_()
         entry = ui.entry(cid)
         expect(entry).to_contain_text("Answer: Option B")  # the winner's answer
         draft = entry.locator(".lost-draft")

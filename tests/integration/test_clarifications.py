@@ -914,3 +914,56 @@ def test_ask__emoji_bundles_past_the_byte_budget__409_session_full_and_every_oth
     assert flow.transcript(sid)["messages"]
     assert flow.cancel_session(sid)["state"] == "CANCELLED"
     assert flow.user.get("/tasks").status_code == 200
+
+
+def _answers(flow: Flow, cid: str) -> list[dict[str, Any]]:
+    entry = flow.entry(cid)
+    assert entry is not None
+    return [{"question_id": q["question_id"], "selected_options": [q["options"][0]["option_id"]]}
+            for q in entry["questions"]]
+
+
+def test_ask__answered_maximum_bundles_move_to_history__the_session_keeps_taking_questions(flow: Flow) -> None:
+    """Three maximum bundles (~500 KB: past the budget and DynamoDB's item limit) in one session, each answered
+    before the next: the closed ones move to history, so no ask is refused, and each still reads, replays,
+    refuses and deletes exactly as it did in the aggregate."""
+    sid = flow.session()
+    cids, bodies, keys = [], [], []
+    for n in range(3):
+        asked = flow.ask_raw(sid, _max_bundle())
+        assert asked.status_code == 201, asked.text[:300]
+        cid = asked.json()["clarification_id"]
+        assert flow.detach(cid)
+        body, key = {"answers": _answers(flow, cid)}, f"archive-{n}-{uuid.uuid4().hex}"
+        answered = flow.respond(cid, body, key)
+        assert answered.status_code == 200 and answered.json()["delivery"] == "resumed", answered.text[:300]
+        cids.append(cid), bodies.append(body), keys.append(key)
+    stored = flow.stored(sid)
+    assert [stored.bundle(c) is None for c in cids] == [True, True, False] and stored.archived == 2
+    assert flow.store.get_archived(sid, cids[0]) is not None
+    # The transcript shows every question answered, wherever it lives.
+    for cid, body in zip(cids, bodies, strict=True):
+        entry = flow.entry(cid)
+        assert entry is not None and entry["state"] == "answered", entry and entry["state"]
+        assert [q["response"]["selected_options"] for q in entry["questions"]] == [
+            a["selected_options"] for a in body["answers"]]
+    # A retry with the original key gets the original result; another answer gets 409 with the winner's.
+    replay = flow.respond(cids[0], bodies[0], keys[0])
+    assert (replay.status_code, replay.json()["delivery"]) == (200, "resumed"), replay.text[:300]
+    loser = flow.respond(cids[0], {"rejected": True})
+    error = loser.json()["error"]
+    assert (loser.status_code, error["code"], error["details"]["reason"]) == (409, "clarification_inactive",
+                                                                               "answered")
+    assert [(a["question_id"], a["selected_options"]) for a in error["details"]["response"]["answers"]] == [
+        (a["question_id"], a["selected_options"]) for a in bodies[0]["answers"]]
+    # A late answer to it is refused as before; the agent's wait learns it is over.
+    late = flow.post(sid, "[hang] also", cmid=f"late-{uuid.uuid4().hex}",
+                     in_reply_to={"clarification_id": cids[0], **bodies[0]})
+    assert (late.status_code, late.json()["error"]["code"]) == (409, "clarification_inactive"), late.text[:300]
+    assert flow.wait(cids[0], timeout=0).status_code == 410
+    assert flow.user.post(f"/clarifications/{cids[0]}/dismiss").status_code == 200
+    # Deleting its message removes it for good.
+    assert flow.delete(sid, cids[0]).status_code == 204
+    assert flow.entry(cids[0]) is None and flow.store.get_archived(sid, cids[0]) is None
+    assert flow.respond(cids[0], bodies[0], keys[0]).status_code == 404
+    assert flow.entry(cids[1]) is not None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
+from scripts.local.ports import free_port
 from scripts.local.sim_agent import SimAgent, parse_directives
 from tests.support.wait import DEADLINE
 
@@ -387,9 +387,7 @@ def test_steer_is_taken_and_recorded_only_while_a_script_runs(agent: SimAgent, b
 
 
 def test_retry_for_waits_out_a_backend_that_is_down_or_not_ready() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there until the backend starts below
     sim = SimAgent(f"http://127.0.0.1:{port}", port=0, retry_for=10.0).start()
     backend = None
     try:

@@ -38,14 +38,14 @@ from chalicelib.domain.model import Bundle, Session, State, Task
 from chalicelib.domain.rules import active_bundles
 from chalicelib.domain.time import parse_iso
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
-from chalicelib.services import clarifications, history, responses, resume, sessions, watchdog, workflow
+from chalicelib.services import archive, clarifications, history, responses, resume, sessions, watchdog, workflow
 from chalicelib.services.deps import Deps
 from chalicelib.store import codec
 from chalicelib.store.document import Write
 from chalicelib.store.dynamo import DynamoStore
 from chalicelib.store.expr import to_attr
 from chalicelib.store.memory import MemoryStore
-from chalicelib.store.models import TaskRecord
+from chalicelib.store.models import HistoryRecord, TaskRecord
 from tests.support.crash import WRITE_METHODS
 from tests.support.harness import USER, World, settle
 from tests.support.pausing import Gate, Paused, PausingAgent, PausingStore
@@ -128,6 +128,10 @@ class Lockstep(GuardOracle):
                             Item={k: to_attr(v) for k, v in codec.task_to_item(task).items()})
         for entry in list(self.remembered.values()):
             self.dynamo.remember(entry)
+        for records in list(self.archive.values()):
+            for record in list(records.values()):
+                client.put_item(TableName=str(HistoryRecord.Meta.table_name),
+                                Item={k: to_attr(v) for k, v in record.items()})
         self.mirroring = True
 
     def compare(self) -> list[str]:
@@ -136,6 +140,8 @@ class Lockstep(GuardOracle):
         for sid, mine in list(self.sessions.items()):
             if self.dynamo.get_session(sid) != mine:
                 problems.append(f"the emulator's aggregate {sid} differs from the memory store's")
+            if mine.archived and self.dynamo.list_archived(sid) != self.list_archived(sid):
+                problems.append(f"the emulator's archive of {sid} differs from the memory store's")
         for task_id, task in list(self.tasks.items()):
             if self.dynamo.get_task(task_id) != task:
                 problems.append(f"the emulator's task {task_id} differs from the memory store's")
@@ -246,6 +252,23 @@ def s_unrepairable(w: World) -> Ctx:
     return ctx
 
 
+def s_archivable(w: World) -> Ctx:
+    """A detached answer resumed the agent, so its question is closed for good; the session is past the
+    compaction size (0 here): the next ask or message first moves that question to history."""
+    ctx = s_detached(w)
+    w.respond_answer(w.answer(ctx["bundle"]))
+    w.deps = replace(w.deps, settings=replace(w.deps.settings, session_compact_bytes=0))
+    return ctx
+
+
+def s_archived(w: World) -> Ctx:
+    """The closed question already moved to history."""
+    ctx = s_archivable(w)
+    w.ask(ctx["main"])
+    assert w.get(ctx["main"]).bundle(ctx["bundle"]) is None, "the setup did not archive"
+    return ctx
+
+
 def s_superseded_running(w: World) -> Ctx:
     """A superseded question while the agent's newer turn runs and it can steer."""
     ctx = s_superseded(w)
@@ -261,7 +284,11 @@ def _session(w: World, ctx: Ctx) -> Session:
 def _bundle(w: World, ctx: Ctx) -> Bundle:
     """The question the operation acts on: the one set up, else the main session's latest."""
     s = _session(w, ctx)
-    found = s.bundle(ctx["bundle"]) if ctx.get("bundle") else (s.bundles[-1] if s.bundles else None)
+    if ctx.get("bundle"):  # wherever it lives: the aggregate, or history once archived
+        located = archive.find(w.deps, s, ctx["bundle"])
+        found = located[1] if located is not None else None
+    else:
+        found = s.bundles[-1] if s.bundles else None
     if found is None:
         raise _Invalid("no question to act on")
     return found
@@ -463,6 +490,8 @@ CATALOG = [
     Operation("send, the agent refuses", s_refusing, op_send),
     Operation("respond detached, the agent's reply lost", s_resume_reply_lost, op_respond),
     Operation("stream catches up", s_unpumped, op_stream),
+    Operation("ask in a long session: closed questions move to history", s_archivable, op_ask),
+    Operation("delete an archived question", s_archived, op_delete_question),
     Operation("reconciler before traffic", s_broken, op_reconcile),
     Operation("reconciler retires a moved-on claim", s_broken_moved_on, op_reconcile),
     Operation("reconciler sets apart an unrepairable session", s_unrepairable, op_reconcile),

@@ -30,7 +30,7 @@ from chalicelib.domain.public import PRIVATE_FIELDS
 from chalicelib.domain.rules import bundle_is_active, published_turn
 from chalicelib.functions import streams
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
-from chalicelib.services import messages, responses, sessions
+from chalicelib.services import archive, messages, responses, sessions
 from chalicelib.services.deps import Deps, Settings
 from chalicelib.services.projection import refresh_task_summary, task_summary
 from chalicelib.store import codec
@@ -296,7 +296,8 @@ class World(BaseWorld):
     def bundle_fate(self, a: Answer) -> tuple[str, list[str]]:
         assert a.bundle_id is not None
         s = self.get(a.session_id)
-        b = s.bundle(a.bundle_id)
+        found = archive.find(self.deps, s, a.bundle_id)  # a closed question may have moved to history
+        s, b = found if found is not None else (s, None)
         carrying = self.agent.carrying(a.marker)
         if b is None:  # the user deleted the question: only once its answer was delivered (or recorded) or
             # handed back (remove_bundle refuses while an answer is on its way)

@@ -15,9 +15,10 @@ that no scenario reaches fails the test.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +327,58 @@ def op_delete_question(w: World, deps: Deps, ctx: Ctx) -> None:
     history.delete_message(deps, USER, ctx["old"], w.get(ctx["old"]).bundle(ctx["superseded"]).message_id)  # type: ignore[union-attr]
 
 
+# -- a long session's closed questions move to history
+def s_archivable(w: World) -> Ctx:
+    """A detached answer resumed the agent, so its question is closed for good; the session is past the
+    compaction size (0 here), so the agent's next ask first moves that question to history."""
+    ctx = _bg(w)
+    ctx["main"] = w.new_session()
+    ctx["answer"] = w.answer(w.detached_bundle(ctx["main"]))
+    w.respond_answer(ctx["answer"])
+    w.deps = replace(w.deps, settings=replace(w.deps.settings, session_compact_bytes=0))
+    return ctx
+
+
+def op_ask_archiving(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.ask(ctx["main"], deps=deps)
+
+
+def _shown(w: World, ctx: Ctx) -> dict[str, Any] | None:
+    view = w.transcript(ctx["main"])
+    return next((m for m in view["messages"] if m.get("clarification_id") == ctx["answer"].bundle_id), None)
+
+
+def check_archived(w: World, ctx: Ctx, stage: str) -> list[str]:
+    """Wherever the answered question lives now, the transcript shows it exactly as answered."""
+    entry = _shown(w, ctx)
+    if entry is None:
+        return ["the answered question vanished from the transcript"]
+    if entry["state"] != "answered" or ctx["answer"].marker not in json.dumps(entry["questions"]):
+        return [f"the answered question shows as {entry['state']} without its answer"]
+    return []
+
+
+def s_archived(w: World) -> Ctx:
+    ctx = s_archivable(w)
+    w.ask(ctx["main"])
+    assert w.get(ctx["main"]).bundle(ctx["answer"].bundle_id) is None, "the setup did not archive"
+    return ctx
+
+
+def op_delete_archived(w: World, deps: Deps, ctx: Ctx) -> None:
+    history.delete_message(deps, USER, ctx["main"], ctx["answer"].bundle_id)
+    ctx["deleted"] = True  # the user was told it is gone
+
+
+def check_archived_deleted(w: World, ctx: Ctx, stage: str) -> list[str]:
+    """Once the user was told, or once its record went, a deleted archived question never shows again."""
+    shown = _shown(w, ctx) is not None
+    record = w.memory.get_archived(ctx["main"], ctx["answer"].bundle_id)
+    if shown and (ctx.get("deleted") or record is None):
+        return ["a deleted archived question is still in the transcript"]
+    return []
+
+
 def s_just_sent(w: World) -> Ctx:
     """The user's message was admitted a moment ago; the stream has not copied it into history yet."""
     ctx = _bg(w)
@@ -504,6 +557,9 @@ SCENARIOS: list[Scenario] = [
              op_rename_and_delete_task, check_cancelled),
     Scenario("dismiss a superseded question", _bg, op_dismiss),
     Scenario("delete a superseded question's message", _bg, op_delete_question),
+    Scenario("an ask in a long session moves closed questions to history", s_archivable, op_ask_archiving,
+             check_archived),
+    Scenario("delete an archived question's message", s_archived, op_delete_archived, check_archived_deleted),
     Scenario("delete the message just sent (before the stream ran)", s_just_sent, op_delete_just_sent,
              check_just_sent_deleted, pump_setup=False),
     Scenario("workflow transition guarded by the rule", _bg, op_workflow),
