@@ -16,7 +16,7 @@ from .errors import CONDITION_FAILED, error_code, guarded, translate
 from .expr import to_attr
 from .models import SessionRecord, TaskRecord
 from .protocol import Remembered
-from .records import DynamoRecords, archive_put, remember_put
+from .records import DynamoRecords, archive_put, query_all, remember_put
 from .writes import QUARANTINE_SHARD, ConditionalWrites
 
 
@@ -52,19 +52,10 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
         return codec.session_from_item(codec.from_attrs(item)) if item else None
 
     def list_sessions(self, task_id: str) -> list[Session]:
-        def query() -> list[Session]:
-            out: list[Session] = []
-            kwargs: dict[str, Any] = {
-                "TableName": self.sessions_table, "IndexName": SessionRecord.by_task.Meta.index_name,
-                "KeyConditionExpression": "task_id = :t", "ExpressionAttributeValues": {":t": {"S": task_id}},
-                "ScanIndexForward": False}
-            while True:
-                resp = self.client.query(**kwargs)
-                out.extend(codec.session_from_item(codec.from_attrs(i)) for i in resp.get("Items", []))
-                if "LastEvaluatedKey" not in resp:
-                    return out
-                kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-        return guarded(query)
+        return query_all(self.client, lambda i: codec.session_from_item(codec.from_attrs(i)),
+                         TableName=self.sessions_table, IndexName=SessionRecord.by_task.Meta.index_name,
+                         KeyConditionExpression="task_id = :t", ExpressionAttributeValues={":t": {"S": task_id}},
+                         ScanIndexForward=False)
 
     def _commit(self, session_id: str, write: Write, remember: Remembered | None = None) -> Session:
         """One UpdateItem; with `remember`, one transaction with the idempotency record's creation."""

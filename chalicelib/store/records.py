@@ -6,8 +6,9 @@ session aggregate's write path (chalicelib.store.dynamo) never depends on them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ..domain.errors import AlreadyRemembered, ConditionFailed
 from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
@@ -18,6 +19,7 @@ from .expr import Expr, to_attr
 from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
 from .protocol import Remembered
 
+T = TypeVar("T")
 EVENT_TTL = timedelta(days=7)
 RECON_SHARD = "due"  # chalicelib.store.writes names the index partitions
 
@@ -135,19 +137,11 @@ class DynamoRecords:
         return codec.archive_from_item(codec.from_attrs(item)) if item else None
 
     def list_archived(self, session_id: str) -> list[Bundle]:
-        def query() -> list[Bundle]:
-            out: list[Bundle] = []
-            kwargs: dict[str, Any] = {
-                "TableName": HistoryRecord.Meta.table_name, "ConsistentRead": True,
-                "KeyConditionExpression": "session_id = :s AND begins_with(sk, :a)",
-                "ExpressionAttributeValues": {":s": {"S": session_id}, ":a": {"S": codec.history_sk_archive("")}}}
-            while True:
-                resp = self.client.query(**kwargs)
-                out.extend(codec.archive_from_item(codec.from_attrs(i)) for i in resp.get("Items", []))
-                if "LastEvaluatedKey" not in resp:
-                    return out
-                kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-        return guarded(query)
+        return query_all(self.client, lambda i: codec.archive_from_item(codec.from_attrs(i)),
+                         TableName=HistoryRecord.Meta.table_name, ConsistentRead=True,
+                         KeyConditionExpression="session_id = :s AND begins_with(sk, :a)",
+                         ExpressionAttributeValues={":s": {"S": session_id},
+                                                    ":a": {"S": codec.history_sk_archive("")}})
 
     def delete_archived(self, session_id: str, bundle_id: str) -> bool:
         try:
@@ -218,6 +212,19 @@ def remember_put(entry: Remembered) -> dict[str, Any]:
                      "response": {"S": json.dumps(dict(entry.response))},
                      "expires_at": {"N": str(entry.expires_at)}},
             "ConditionExpression": "attribute_not_exists(#k)", "ExpressionAttributeNames": {"#k": "key"}}
+
+
+def query_all(client: Any, decode: Callable[[dict[str, Any]], T], **kwargs: Any) -> list[T]:
+    """Every item a Query finds, page after page, decoded."""
+    def pages() -> list[T]:
+        out: list[T] = []
+        while True:
+            resp = client.query(**kwargs)
+            out.extend(decode(i) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return out
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+    return guarded(pages)
 
 
 def archive_put(session: Session, bundle: Bundle) -> dict[str, Any]:
