@@ -342,11 +342,12 @@ def test_skip__undo_keeps_picks__then_declines_the_whole_bundle_in_words(ui: Ui,
     ui.goto(session_route(task, session))
     expect(ui.page.locator("#status-line")).to_contain_text("Agent is waiting for your answer")
     ui.overlay().get_by_label("Option A").first.check()
-    ui.overlay().get_by_role("button", name=re.compile("^Skip")).click()
-    bar = ui.overlay().locator(".skip-bar")
-    expect(bar).to_contain_text("declines all 2 questions and drops what you picked")
-    ui.shot("undo-window")
-    bar.get_by_role("button", name="Undo").click()
+    with ui.undo_window_held():
+        ui.overlay().get_by_role("button", name=re.compile("^Skip")).click()
+        bar = ui.overlay().locator(".skip-bar")
+        expect(bar).to_contain_text("declines all 2 questions and drops what you picked")
+        ui.shot("undo-window")
+        bar.get_by_role("button", name="Undo").click()
     expect(ui.overlay().get_by_label("Option A").first).to_be_checked()
     assert flow.bundles(session)[0]["answerable"]
 
@@ -513,9 +514,10 @@ def test_accessibility__axe_audit_of_key_states__no_serious_violations(ui: Ui, f
     ui.goto(session_route(task, live))
     expect(ui.overlay()).to_be_visible()
     found["question"] = _serious(ui.page)
-    ui.overlay().get_by_role("button", name=re.compile("^Skip")).click()
-    found["skip undo"] = _serious(ui.page)
-    ui.overlay().get_by_role("button", name="Undo").click()
+    with ui.undo_window_held():
+        ui.overlay().get_by_role("button", name=re.compile("^Skip")).click()
+        found["skip undo"] = _serious(ui.page)
+        ui.overlay().get_by_role("button", name="Undo").click()
     ui.page.evaluate("route => { location.hash = route; }", session_route(task, old))
     ui.page.get_by_role("button", name="Answer as new message").click()
     found["late answer"] = _serious(ui.page)

@@ -11,7 +11,8 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.support.flow import ApiClient
 from tests.support.wait import eventually
+
+SKIP_UNDO_MS = 5000  # chalicelib/web/app.js
 
 UI_TIMEOUT = 15_000  # ms: generous for a loaded 2-core machine; every wait is for a state, never a fixed time
 try:
@@ -116,6 +119,20 @@ class Ui:
     def reload(self) -> None:
         self.page.reload()
         expect(self.page.locator("#topbar")).to_be_visible()
+
+    @contextmanager
+    def undo_window_held(self) -> Iterator[None]:
+        """The Skip's undo window (a 5-second page timer) stays open while the test looks at it: an audit or
+        a screenshot on a loaded machine may take longer than that. Timers of other lengths are untouched."""
+        self.page.evaluate("""ms => {
+            window.__clarifyTimeout ??= window.setTimeout;
+            window.setTimeout = (fn, delay, ...rest) =>
+                window.__clarifyTimeout(fn, delay === ms ? 2147483647 : delay, ...rest);
+        }""", SKIP_UNDO_MS)
+        try:
+            yield
+        finally:
+            self.page.evaluate("() => { window.setTimeout = window.__clarifyTimeout; }")
 
     def shot(self, label: str) -> Path:
         self.step += 1
