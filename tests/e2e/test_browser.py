@@ -18,7 +18,7 @@ try:
 except ImportError:  # reported by the browser fixture
     pass
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 
 # ------------------------------------------------------------------ tests

@@ -21,6 +21,7 @@ from chalicelib.domain.model import Task
 from scripts.local.stack import LocalStack
 from tests.support.browser import (
     ROOT,
+    UI_TIMEOUT,
     VIEWPORTS,
     Flow,
     PumpThread,
@@ -38,7 +39,7 @@ try:
 except ImportError:  # reported by the browser fixture
     Axe = None
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = pytest.mark.timeout(300)
 MEASURES = ROOT / "artifacts" / "web-client-measures.json"
 RAW_STATE = re.compile(r"\b(WAITING_FOR_INPUT|ACTIVE[ _]LIVE|ACTIVE[ _]DETACHED|IDLE|RUNNING|CANCELLED)\b")
 
@@ -224,7 +225,7 @@ def test_api_down_and_back__recovers_on_its_own_within_3s(ui: Ui, flow: Flow, we
     start_again = restart_api(web_stack)
     try:
         banner = ui.page.locator("#banner")
-        expect(banner).to_contain_text("can't be reached", timeout=25_000)  # the running long-poll ends first
+        expect(banner).to_contain_text("can't be reached", timeout=UI_TIMEOUT + 10_000)  # a long-poll ends first
         expect(banner).to_be_in_viewport()  # the words, not only a button, on the phone too
         expect(banner.get_by_role("button", name="Retry now")).to_be_in_viewport()
         # Written straight to the store: no event announces it, so only the snapshot reload can show it (and the
@@ -238,8 +239,8 @@ def test_api_down_and_back__recovers_on_its_own_within_3s(ui: Ui, flow: Flow, we
     finally:
         start_again()
     back = time.monotonic()
-    expect(ui.page.locator("#banner")).not_to_contain_text("can't be reached", timeout=20_000)
-    expect(ui.task_list().locator(f'.task-row[data-task-id="{missed.id}"]')).to_be_visible(timeout=20_000)
+    expect(ui.page.locator("#banner")).not_to_contain_text("can't be reached")
+    expect(ui.task_list().locator(f'.task-row[data-task-id="{missed.id}"]')).to_be_visible()
     recovered = time.monotonic() - back
     record(f"recovery_seconds_{ui.viewport}", round(recovered, 2))
     gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
@@ -320,7 +321,7 @@ def test_first_load__one_snapshot_then_the_feed_from_now(browser: Browser, web_s
         try:
             page.goto(f"{web_stack.url}/#token={web_stack.user_token(workspace=workspace)}")
             with page.expect_request(lambda r: "/events?after=" in r.url and "wait=10" in r.url
-                                     and "after=now" not in r.url, timeout=20_000):
+                                     and "after=now" not in r.url):
                 pass
             if viewport == "phone":
                 page.locator("#open-sheet").tap()
@@ -352,7 +353,7 @@ def test_skip__undo_keeps_picks__then_declines_the_whole_bundle_in_words(ui: Ui,
     assert flow.bundles(session)[0]["answerable"]
 
     ui.overlay().get_by_role("button", name=re.compile("^Skip")).click()
-    expect(ui.entry(cid)).to_have_attribute("data-state", "rejected", timeout=20_000)  # after the undo window
+    expect(ui.entry(cid)).to_have_attribute("data-state", "rejected")  # after the undo window
     expect(ui.entry(cid)).to_contain_text("You skipped these 2 questions.")
     assert flow.bundles(session)[0]["state"] == "rejected"
 
@@ -452,7 +453,7 @@ def test_task_list__pending_first_recent_next__search_rename_delete_reach_other_
         ui.tap(ui.page.get_by_role("button", name="Delete task"))
         ui.wait_route("#/")
         expect(ui.page.locator("#toasts")).to_contain_text("Deleted “Older task”")
-        expect(ui.page.locator("#toasts .toast")).to_have_count(0, timeout=20_000)  # notices clear themselves
+        expect(ui.page.locator("#toasts .toast")).to_have_count(0)  # notices clear themselves
         expect(watcher.locator(f'.task-row[data-task-id="{older}"]')).to_have_count(0)
         expect(ui.task_list().locator(f'.task-row[data-task-id="{older}"]')).to_have_count(0)
     finally:

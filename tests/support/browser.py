@@ -24,7 +24,8 @@ from tests.support.wait import eventually
 
 SKIP_UNDO_MS = 5000  # chalicelib/web/app.js
 
-UI_TIMEOUT = 15_000  # ms: generous for a loaded 2-core machine; every wait is for a state, never a fixed time
+UI_TIMEOUT = 30_000  # ms: generous for a loaded 2-core machine (15 s was once too short for a send under four
+#                     workers); every wait is for a state, never a fixed time
 try:
     from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
@@ -146,7 +147,7 @@ class Ui:
     def wait_route(self, route: str) -> None:
         self.page.wait_for_function("route => location.hash === route", arg=route)
 
-    def until(self, check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    def until(self, check: Callable[[], Any], what: str, timeout: float = UI_TIMEOUT / 1000) -> Any:
         """Like eventually(), but lets the page's events reach Playwright's handlers while it waits."""
         deadline = time.monotonic() + timeout
         while True:
@@ -289,7 +290,7 @@ class Flow:
                    and self.turn_closed(session_id) or None, f"session {session_id} detached and idle")
 
 
-def until_js(page: Page, script: str, what: str, timeout: float = 15.0) -> Any:
+def until_js(page: Page, script: str, what: str, timeout: float = UI_TIMEOUT / 1000) -> Any:
     """Evaluates an (async) script until it returns something truthy; page.wait_for_function does not await."""
     deadline = time.monotonic() + timeout
     while True:
