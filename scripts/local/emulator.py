@@ -3,6 +3,9 @@ and moto's backend does not serialise requests, so the emulator takes one reques
 from __future__ import annotations
 
 import argparse
+import base64
+import copy
+import functools
 import json
 import logging
 import signal
@@ -10,10 +13,13 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import moto.dynamodb.models as moto_dynamodb
+from moto.core import responses as moto_responses
 from moto.core.responses import ActionResult
 from moto.dynamodb.exceptions import ItemSizeToUpdateTooLarge
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
+from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoHandler
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -45,6 +51,91 @@ def _refused_updates_store_nothing() -> None:
 
 _refused_updates_store_nothing()
 
+class _TablesNotCopied:
+    """moto.dynamodb.models' `copy`, except that while `active` a table is not copied (see below)."""
+
+    active = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    def deepcopy(self, x: Any, memo: dict[int, Any] | None = None) -> Any:
+        return x if self.active and isinstance(x, Table) else copy.deepcopy(x, memo)
+
+
+def _transactions_back_up_their_items() -> None:
+    """moto backs up a transaction by deep-copying every table it names (all items and every stream record
+    the table ever wrote), so a transaction costs more the longer the emulator runs. Back up only what a
+    transaction can change, its own items and the length of each stream, and restore them when it fails."""
+    original = DynamoDBBackend.transact_write_items
+    if getattr(original, "backs_up_items", False):
+        return
+    tables_not_copied = _TablesNotCopied()
+    moto_dynamodb.copy = tables_not_copied  # type: ignore[attr-defined]
+
+    def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
+        saved: list[tuple[Table, DynamoType, DynamoType | None, Item | None]] = []
+        streams: dict[int, tuple[Any, int]] = {}
+        for entry in transact_items:
+            for op in entry.values():
+                table = self.tables.get(op.get("TableName")) if isinstance(op, dict) else None
+                if table is None:
+                    continue
+                key = op.get("Key") or op.get("Item") or {}
+                try:
+                    hash_key, range_key = self.get_keys_value(table, key)
+                except Exception:  # noqa: BLE001 - moto itself refuses it, before writing anything
+                    continue
+                item = table.get_item(hash_key, range_key)
+                saved.append((table, hash_key, range_key, copy.deepcopy(item) if item is not None else None))
+                shard = table.stream_shard
+                if shard is not None:
+                    streams.setdefault(id(shard), (shard, len(shard.items)))
+        tables_not_copied.active = True
+        try:
+            return original(self, transact_items)
+        except Exception:
+            for table, hash_key, range_key, item in reversed(saved):
+                place = table.items[hash_key] if range_key is not None else table.items
+                slot = range_key if range_key is not None else hash_key
+                if item is None:
+                    place.pop(slot, None)
+                else:
+                    place[slot] = item
+            for shard, length in streams.values():
+                del shard.items[length:]
+            raise
+        finally:
+            tables_not_copied.active = False
+    transact_write_items.backs_up_items = True  # type: ignore[attr-defined]
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
+def _plain_json_in_one_pass() -> None:
+    """moto's DynamoType.to_regular_json deep-copies a value and then each of its members again, level by
+    level (quadratic in the nesting); every item it answers or streams goes through it. Same result, one pass."""
+    if getattr(DynamoType.to_regular_json, "one_pass", False):
+        return
+
+    def to_regular_json(self: DynamoType) -> dict[str, Any]:
+        value = self.value
+        if isinstance(value, dict):
+            value = {k: v.to_regular_json() if isinstance(v, DynamoType) else copy.deepcopy(v)
+                     for k, v in value.items()}
+        elif isinstance(value, list):
+            value = [v.to_regular_json() if isinstance(v, DynamoType) else copy.deepcopy(v) for v in value]
+        else:
+            value = copy.deepcopy(value)
+        if self.is_binary() and isinstance(value, str):
+            value = base64.b64decode(value)
+        return {self.type: value}
+    to_regular_json.one_pass = True  # type: ignore[attr-defined]
+    DynamoType.to_regular_json = to_regular_json  # type: ignore[method-assign]
+
+
+_transactions_back_up_their_items()
+_plain_json_in_one_pass()
+
 # Operations whose answer is items (or nothing) in DynamoDB's own JSON: written as is. moto's generic,
 # shape-driven serializer walks every attribute of every item and costs more than the operation itself, so an
 # aggregate of a few KB would look many times slower than a small item where DynamoDB shows no such gap.
@@ -72,6 +163,38 @@ def _items_as_json() -> None:
 _items_as_json()
 
 
+def _per_request_lookups_once() -> None:
+    """moto repeats two lookups on every request whose answers never change while it runs: the handler's
+    method names (`inspect.getmembers` of its class) and, for the JSON protocol, which service a request is
+    for (a scan of its module list and URL patterns). Remembered, they no longer cost more than a GetItem."""
+    names = moto_responses.method_names_from_class
+    if not hasattr(names, "cache_info"):
+        moto_responses.method_names_from_class = functools.lru_cache(maxsize=None)(names)  # type: ignore[assignment]
+
+
+_per_request_lookups_once()
+
+
+class Dispatcher(DomainDispatcherApplication):
+    """moto's dispatcher, remembering its choice for JSON-protocol requests: the service follows from the host,
+    the `X-Amz-Target` prefix and the signature's scope; anything else is decided afresh, as moto does."""
+
+    def __init__(self) -> None:
+        super().__init__(create_backend_app)
+        self.chosen: dict[tuple[str, ...], Any] = {}
+
+    def get_application(self, environ: dict[str, Any]) -> Any:
+        target = environ.get("HTTP_X_AMZ_TARGET")
+        if not target:
+            return super().get_application(environ)
+        scope = environ.get("HTTP_AUTHORIZATION", "").partition("Credential=")[2].split("/")[2:4]
+        key = (environ.get("HTTP_HOST", ""), environ.get("PATH_INFO", ""), target.partition(".")[0], *scope)
+        app = self.chosen.get(key)
+        if app is None:
+            app = self.chosen[key] = super().get_application(environ)
+        return app
+
+
 class Serialised:
     """WSGI middleware: the whole request, body included, runs under one lock."""
 
@@ -86,7 +209,7 @@ class Serialised:
 
 def make_emulator(host: str = "127.0.0.1", port: int = 4566) -> BaseWSGIServer:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    app = Serialised(DomainDispatcherApplication(create_backend_app))
+    app = Serialised(Dispatcher())
     return make_server(host, port, app, threaded=True)
 
 

@@ -1,0 +1,104 @@
+"""The local emulator behaves like DynamoDB where moto's own shortcuts are replaced (scripts/local/emulator.py):
+a cancelled transaction changes no item and adds no stream record, a refused update stores nothing, and items
+come back exactly as written. The whole suite trusts these, so they are checked over HTTP, on the emulator."""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto.dynamodb.models.dynamo_type import DynamoType
+
+from scripts.local.emulator import EmulatorThread
+
+NESTED: dict[str, Any] = {"M": {"rows": {"L": [{"M": {"id": {"S": "q1"}, "tags": {"SS": ["a", "b"]},
+                                                      "n": {"N": "1.5"}, "ok": {"BOOL": True}}},
+                                              {"NULL": True}]},
+                               "blob": {"B": b"\x00\x01"}, "deep": {"M": {"x": {"M": {"y": {"S": "z"}}}}}}}
+
+
+@pytest.fixture
+def client(emulator: EmulatorThread) -> Any:
+    return boto3.client("dynamodb", endpoint_url=emulator.url, region_name="us-east-1",
+                        aws_access_key_id="test", aws_secret_access_key="test")
+
+
+@pytest.fixture
+def table(client: Any) -> str:
+    name = f"emu-{uuid.uuid4().hex[:8]}"
+    client.create_table(TableName=name, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                                   {"AttributeName": "sk", "KeyType": "RANGE"}],
+                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                              {"AttributeName": "sk", "AttributeType": "S"}],
+                        BillingMode="PAY_PER_REQUEST",
+                        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"})
+    return name
+
+
+def stream_records(emulator: EmulatorThread, client: Any, table: str) -> list[dict[str, Any]]:
+    streams = boto3.client("dynamodbstreams", endpoint_url=emulator.url, region_name="us-east-1",
+                           aws_access_key_id="test", aws_secret_access_key="test")
+    arn = client.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    return list(streams.get_records(ShardIterator=it, Limit=1000)["Records"])
+
+
+def items(client: Any, table: str) -> list[dict[str, Any]]:
+    return sorted(client.scan(TableName=table, ConsistentRead=True)["Items"], key=lambda i: i["sk"]["S"])
+
+
+def test_cancelled_transaction__items_and_stream_as_before(emulator: EmulatorThread, client: Any, table: str) -> None:
+    for sk in ("a", "b"):
+        client.put_item(TableName=table, Item={"pk": {"S": "p"}, "sk": {"S": sk}, "v": {"N": "1"}, "doc": NESTED})
+    before, records = items(client, table), len(stream_records(emulator, client, table))
+    with pytest.raises(ClientError) as refused:
+        client.transact_write_items(TransactItems=[
+            {"Update": {"TableName": table, "Key": {"pk": {"S": "p"}, "sk": {"S": "a"}},
+                        "UpdateExpression": "SET v = :two, doc.deep.x.y = :w", "ExpressionAttributeValues": {
+                            ":two": {"N": "2"}, ":w": {"S": "changed"}}}},
+            {"Put": {"TableName": table, "Item": {"pk": {"S": "p"}, "sk": {"S": "new"}}}},
+            {"Delete": {"TableName": table, "Key": {"pk": {"S": "p"}, "sk": {"S": "b"}}}},
+            {"ConditionCheck": {"TableName": table, "Key": {"pk": {"S": "p"}, "sk": {"S": "missing"}},
+                                "ConditionExpression": "attribute_exists(pk)"}},
+        ])
+    assert refused.value.response["Error"]["Code"] == "TransactionCanceledException"
+    assert items(client, table) == before
+    assert len(stream_records(emulator, client, table)) == records
+
+    client.transact_write_items(TransactItems=[  # the same writes, nothing refusing them: all land, each streamed
+        {"Update": {"TableName": table, "Key": {"pk": {"S": "p"}, "sk": {"S": "a"}},
+                    "UpdateExpression": "SET v = :two", "ExpressionAttributeValues": {":two": {"N": "2"}}}},
+        {"Put": {"TableName": table, "Item": {"pk": {"S": "p"}, "sk": {"S": "new"}}}},
+        {"Delete": {"TableName": table, "Key": {"pk": {"S": "p"}, "sk": {"S": "b"}}}},
+    ])
+    assert [(i["sk"]["S"], i.get("v")) for i in items(client, table)] == [("a", {"N": "2"}), ("new", None)]
+    assert len(stream_records(emulator, client, table)) == records + 3
+
+
+def test_refused_update__stores_nothing(client: Any, table: str) -> None:
+    client.put_item(TableName=table, Item={"pk": {"S": "p"}, "sk": {"S": "a"}, "doc": NESTED})
+    before = items(client, table)
+    with pytest.raises(ClientError):
+        client.update_item(TableName=table, Key={"pk": {"S": "p"}, "sk": {"S": "a"}},
+                           UpdateExpression="SET big = :big", ExpressionAttributeValues={":big": {"S": "x" * 410_000}})
+    assert items(client, table) == before
+
+
+def test_items__read_back_exactly_as_written(emulator: EmulatorThread, client: Any, table: str) -> None:
+    item = {"pk": {"S": "p"}, "sk": {"S": "a"}, "doc": NESTED}
+    client.put_item(TableName=table, Item=item)
+    assert client.get_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})["Item"] == item
+    assert stream_records(emulator, client, table)[-1]["dynamodb"]["NewImage"] == item
+
+
+def test_plain_json__same_as_a_deep_copy_per_level() -> None:
+    """The one-pass to_regular_json gives what moto's own (a deep copy at every level) gives, and shares
+    nothing with the stored value."""
+    value = DynamoType(NESTED)
+    plain = value.to_regular_json()
+    assert plain == NESTED
+    plain["M"]["rows"]["L"][0]["M"]["tags"]["SS"].append("c")
+    assert value.to_regular_json() == NESTED
