@@ -105,6 +105,10 @@ class Journal:
     def count(self, table: dict[str, int], key: str) -> None:
         table[key] = table.get(key, 0) + 1
 
+    def handed_over_live(self) -> bool:
+        """Whether any answer reached its waiting agent live (respond said so) in this run."""
+        return any(key.endswith(": 200 live") for key in self.outcomes)
+
     def down(self, target: str, end: float) -> list[tuple[float, float]]:
         """The windows in which `target` was down (killed until back), as far as known at `end`."""
         return [(f.killed, f.back or end) for f in self.faults if f.target == target]
