@@ -264,13 +264,12 @@ def classify(r: Request, journal: Journal, asked_at: dict[str, float]) -> str | 
             return "502 dispatch_failed: the question's waiter died in a kill"
     if r.status == 502 and r.code == "dispatch_ambiguous" and any(r.start <= k <= r.end for k in agent_kills):
         return "502 dispatch_ambiguous: the agent was killed mid-call"
-    if r.status == 502 and r.code in ("dispatch_ambiguous", "dispatch_failed") and r.context.get("marker") \
-            and not r.context.get("clarification_id"):
-        # A message's retry is told how its first attempt ended (the outcome is final for that
-        # client_message_id): that attempt met a kill of the API mid-dispatch or of the agent.
+    if r.status == 502 and r.code in ("dispatch_ambiguous", "dispatch_failed") and r.context.get("marker"):
+        # A retry is told how its first attempt ended (final for a message's client_message_id and for an
+        # answer's Idempotency-Key): that attempt met a kill of the API mid-dispatch or of the agent.
         firsts = [op.attempts[0].start for op in journal.answers if op.marker == r.context["marker"] and op.attempts]
         if firsts and any(min(firsts) <= k <= r.end for k in kills):
-            return f"502 {r.code}: a message's earlier attempt met a kill (its retry is told the same)"
+            return f"502 {r.code}: an earlier attempt met a kill (its retry is told the same)"
     return None
 
 
