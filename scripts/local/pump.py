@@ -35,6 +35,7 @@ MAX_ATTEMPTS = 5
 RETRY_DELAY = 0.5  # seconds before the second attempt; doubles per attempt up to MAX_RETRY_DELAY
 MAX_RETRY_DELAY = 10.0
 HEARTBEAT = 5.0  # seconds between status writes when nothing changed
+STREAM_LOOKUP = 30.0  # seconds a table's stream and shard list are reused (shards split; tables get recreated)
 Handler = Callable[[dict[str, Any], Any], Any]
 
 
@@ -88,6 +89,7 @@ class StreamPump:
         self.max_attempts, self.retry_delay = max_attempts, retry_delay
         self.set_status = set_status
         self._shards: dict[str, _Shard] = {}
+        self._streams: dict[str, tuple[str, list[str], float]] = {}  # table -> (stream ARN, shard ids, looked up)
         self._stop = threading.Event()
         self._published: tuple[Any, float] | None = None  # (status without its time, when)
         self.delivered = 0
@@ -98,12 +100,25 @@ class StreamPump:
         """One pass over every shard of every target; returns how many records were handled."""
         handled = 0
         for target in self.targets:
-            arn = self.dynamodb.describe_table(TableName=target.table)["Table"]["LatestStreamArn"]
-            shards = self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
-            for shard in shards:
-                handled += self._poll_shard(target, arn, shard["ShardId"])
+            arn, shard_ids = self._stream_of(target.table)
+            try:
+                for shard_id in shard_ids:
+                    handled += self._poll_shard(target, arn, shard_id)
+            except Exception:
+                self._streams.pop(target.table, None)  # a recreated table has a new stream: look it up again
+                raise
         self._publish_status()
         return handled
+
+    def _stream_of(self, table: str) -> tuple[str, list[str]]:
+        """The table's stream and its shards, looked up once (an idle pass is then one iterator and one read
+        per shard) and again every STREAM_LOOKUP seconds, or after a pass over the table failed."""
+        known = self._streams.get(table)
+        if known is None or time.monotonic() - known[2] > STREAM_LOOKUP:
+            arn = self.dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+            shards = self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+            known = self._streams[table] = (arn, [shard["ShardId"] for shard in shards], time.monotonic())
+        return known[0], known[1]
 
     def status(self) -> dict[str, Any]:
         """What /health reports: lag in seconds, records waiting for a retry, records set aside."""

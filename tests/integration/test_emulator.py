@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from moto.dynamodb.models.dynamo_type import DynamoType
 
 from scripts.local.emulator import EmulatorThread
+from scripts.local.pump import StreamPump, Target
 
 NESTED: dict[str, Any] = {"M": {"rows": {"L": [{"M": {"id": {"S": "q1"}, "tags": {"SS": ["a", "b"]},
                                                       "n": {"N": "1.5"}, "ok": {"BOOL": True}}},
@@ -102,3 +103,38 @@ def test_plain_json__same_as_a_deep_copy_per_level() -> None:
     assert plain == NESTED
     plain["M"]["rows"]["L"][0]["M"]["tags"]["SS"].append("c")
     assert value.to_regular_json() == NESTED
+
+
+def test_pump__stream_looked_up_once__again_after_a_failed_pass(emulator: EmulatorThread, client: Any,
+                                                                 table: str) -> None:
+    """The pump reuses a table's stream and shards between passes (an idle pass is one iterator and one read per
+    shard); a pass over the table that fails (a recreated table's old stream, on DynamoDB) looks them up again."""
+    streams = boto3.client("dynamodbstreams", endpoint_url=emulator.url, region_name="us-east-1",
+                           aws_access_key_id="test", aws_secret_access_key="test")
+    seen: list[str] = []
+    checkpoints: dict[str, str] = {}
+    pump = StreamPump(client, streams, [Target(table, lambda event, _: seen.extend(
+        r["dynamodb"]["Keys"]["sk"]["S"] for r in event["Records"]))], checkpoints.get, checkpoints.__setitem__)
+    calls: list[str] = []
+    fail = [False]
+
+    def observe(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+        if fail[0] and model.name == "GetShardIterator":
+            fail[0] = False
+            raise RuntimeError("the stream is gone")
+    for c in (client, streams):
+        c.meta.events.register("before-call", observe)
+    client.put_item(TableName=table, Item={"pk": {"S": "p"}, "sk": {"S": "first"}})
+    assert pump.drain() == 1 and seen == ["first"]
+    calls.clear()
+    assert pump.poll_once() == 0
+    assert sorted(calls) == ["GetRecords", "GetShardIterator"]
+
+    fail[0] = True
+    with pytest.raises(RuntimeError):
+        pump.poll_once()
+    calls.clear()
+    client.put_item(TableName=table, Item={"pk": {"S": "p"}, "sk": {"S": "second"}})
+    assert pump.poll_once() == 1 and seen == ["first", "second"]
+    assert {"DescribeTable", "DescribeStream"} <= set(calls)

@@ -60,7 +60,7 @@ class PumpThread:
             with self._lock:
                 handled = 0 if self._paused else self.pump.poll_once()
             if handled == 0:
-                self._stop.wait(0.05)
+                self._stop.wait(0.1)  # an idle pass costs emulator CPU the browser tests share
 
     def start(self) -> PumpThread:
         self._thread.start()
