@@ -16,8 +16,8 @@ $(STAMP): requirements.txt requirements-dev.txt
 run: $(STAMP)
 	$(PY) -m scripts.local.run $(if $(filter json,$(LOG_FORMAT)),--json-logs)
 
-# Bytecode is cached even where the environment says not to: every worker and every process the suite starts
-# would otherwise compile the code (and pytest rewrite the tests) again, about 4 CPU-seconds each.
+# Bytecode is cached even where the environment says not to: every pytest worker would otherwise compile the
+# code and rewrite the tests again (about 4 CPU-seconds each), and every process the suite starts recompile.
 test: $(STAMP)
 	$(PY) -m ruff check app.py chalicelib infra scripts tests
 	$(PY) -m mypy
