@@ -9,7 +9,7 @@ import {
 } from "./admission.js";
 import { createDrafts } from "./drafts.js";
 import { pendingEchoes } from "./echo.js";
-import { applyEvent, createEventDeduper, mergeSessionList, mergeTaskSnapshot } from "./merge.js";
+import { applyEvent, createEventDeduper, mergeSessionList, mergeTaskSnapshot, newlyPending } from "./merge.js";
 import { describeFailure, retryDelay } from "./retry.js";
 import { createDesktopActivator, createTaskSessionLoader, createTaskSheetController } from "./selection.js";
 import { activeBundle, pendingQuestions } from "./transcript.js";
@@ -188,6 +188,7 @@ function loadTasks() {
       const body = await api.listTasks();
       const keep = new Set([...learntAt].filter(([, at]) => at > since).map(([id]) => id));
       const merged = mergeTaskSnapshot(state.tasks, body.tasks ?? [], { keep, gone: state.deleted });
+      if (state.tasksLoaded) notifyQuestions(state.tasks, merged.tasks); // the first snapshot is what the user opened
       state.tasks = merged.tasks;
       state.order = merged.order;
       state.tasksLoaded = true;
@@ -511,6 +512,7 @@ function handleEvents(events) {
     return;
   }
   let changed = false;
+  const tasksBefore = state.tasks;
   for (const event of events) {
     if (!deduper.admit(event.id)) continue;
     if (event.task_id && state.deleted.has(event.task_id)) continue;
@@ -525,14 +527,18 @@ function handleEvents(events) {
       state.deleted.add(effects.deletedTask);
       leaveDeleted(effects.deletedTask);
     }
-    if (effects.newlyPending) notifyQuestion(effects.newlyPending);
     if (effects.refreshTasks) loadTasks();
     if (effects.refreshSession && effects.refreshSession === state.route.sessionId) scheduleTranscriptRefresh();
   }
+  notifyQuestions(tasksBefore, state.tasks);
   if (changed) render();
 }
 
 // ------------------------------------------------------------------ system notifications (the page is in the background)
+
+function notifyQuestions(before, after) {
+  for (const taskId of newlyPending(before, after)) notifyQuestion(taskId);
+}
 
 function notifyQuestion(taskId) {
   if (document.visibilityState !== "hidden" || !("Notification" in window) || Notification.permission !== "granted") return;

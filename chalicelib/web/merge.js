@@ -34,6 +34,19 @@ export function mergeSummary(stored, incoming) {
   return compareRevisions(incoming.revision, stored.revision) >= 0 ? { ...stored, ...incoming } : stored;
 }
 
+/**
+ * The tasks that have a pending question in `after` but had none in `before` (two task maps): what deserves a
+ * notification, however the client learnt it — an event, or a snapshot that already held the question when
+ * its event arrived.
+ */
+export function newlyPending(before, after) {
+  const ids = [];
+  for (const [id, task] of after) {
+    if (task.status_summary?.pending_action && !before.get(id)?.status_summary?.pending_action) ids.push(id);
+  }
+  return ids;
+}
+
 /** A task with an incoming status summary merged in (the task object is copied, never mutated). */
 export function mergeTaskSummary(task, summary) {
   const merged = mergeSummary(task.status_summary, summary);
@@ -132,11 +145,11 @@ export function createEventDeduper(limit = 5000) {
  * Apply one feed event to the client caches. Pure: returns the new caches and what the app should refresh.
  * caches = {tasks: Map, order: [ids], sessions: Map taskId -> [session]}
  * effects: {refreshTasks, refreshSession: sessionId|null, refreshTaskSessions: taskId|null,
- *           deletedTask: taskId|null, newlyPending: taskId|null}
+ *           deletedTask: taskId|null}
  * Every event of a known task moves its activity forward to the event's time.
  */
 export function applyEvent(caches, event) {
-  const effects = { refreshTasks: false, refreshSession: null, refreshTaskSessions: null, deletedTask: null, newlyPending: null };
+  const effects = { refreshTasks: false, refreshSession: null, refreshTaskSessions: null, deletedTask: null };
   let { tasks, order, sessions } = caches;
   const payload = event.payload ?? {};
   const taskId = event.task_id ?? payload.task_id;
@@ -183,8 +196,6 @@ export function applyEvent(caches, event) {
       if (merged !== task) {
         tasks = new Map(tasks);
         tasks.set(taskId, merged);
-        const was = task.status_summary?.pending_action ?? null;
-        if (!was && merged.status_summary?.pending_action) effects.newlyPending = taskId;
       }
       break;
     }

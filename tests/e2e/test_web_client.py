@@ -607,6 +607,42 @@ def test_notification__question_while_the_page_is_in_the_background(
             context.close()
 
 
+def test_notification__question_that_a_reloading_task_list_already_holds(
+        browser: Browser, web_stack: LocalStack, flow: Flow, workspace: str, pump: PumpThread) -> None:
+    """The feed drops, the page reloads its task list, and the question arrives meanwhile: the list it gets back
+    already holds the question (its event then changes nothing), and the user is still told."""
+    task = flow.task("Ping me later")
+    context = new_context(browser, "desktop", permissions=["notifications"])
+    context.add_init_script("""Object.defineProperty(document, 'visibilityState',
+        {configurable: true, get: () => window.__hidden ? 'hidden' : 'visible'});""")
+    page = context.new_page()
+    try:
+        page.goto(f"{web_stack.url}/#token={web_stack.user_token(workspace=workspace)}")
+        until_js(page, "async () => !!(await navigator.serviceWorker.ready).active", "an active service worker")
+        page.wait_for_function("() => window.clarify.state.tasksLoaded && window.clarify.state.online")
+        page.evaluate("() => { window.__hidden = true; document.dispatchEvent(new Event('visibilitychange')); }")
+        held: list[Route] = []
+        page.route(lambda url: url.split("?")[0].endswith("/tasks"), lambda route: held.append(route))
+        page.route("**/events?*", lambda route: route.abort(), times=1)  # the feed drops once: it reconnects
+        flow.task("Something else")  # ends the feed's current long poll, so its next read comes now
+        deadline = time.monotonic() + UI_TIMEOUT / 1000
+        while not held:
+            assert time.monotonic() < deadline, "the page did not reload its task list after reconnecting"
+            page.wait_for_timeout(50)
+        session = flow.session(task, "[ask] a question while the list reloads")
+        flow.asked(session)
+        assert flow.summary(task)["pending_action"] == "clarification"
+        page.unroute_all()
+        _release(held)  # the list is read now: it already holds the question
+        shown = until_js(page, """async () => {
+            const list = await (await navigator.serviceWorker.ready).getNotifications();
+            return list.length ? list.map(n => ({title: n.title, body: n.body})) : null;
+        }""", "a system notification")
+        assert shown[0]["title"] == "The agent has a question" and "Ping me later" in shown[0]["body"]
+    finally:
+        context.close()
+
+
 # ------------------------------------------------------------------ the budget
 def test_budget__client_transfer_under_150kb_apart_from_vendored_libraries(browser: Browser, web_stack: LocalStack,
                                                                            flow: Flow, workspace: str,

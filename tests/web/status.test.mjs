@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { pendingEchoes, withEchoes } from "../../chalicelib/web/echo.js";
-import { applyEvent, orderTasks, mergeTaskSnapshot } from "../../chalicelib/web/merge.js";
+import { applyEvent, mergeTaskSnapshot, newlyPending, orderTasks } from "../../chalicelib/web/merge.js";
 import { clarificationStateWords, replyInsteadNote, sessionStateWords, sessionStatus } from "../../chalicelib/web/status.js";
 import { task } from "./helpers.mjs";
 
@@ -58,11 +58,21 @@ test("events move a task's activity forward; created/updated/deleted tasks apply
   assert.equal(deleted.caches.tasks.has("t2"), false);
 });
 
-test("a summary event that makes a task pending is reported (for a notification)", () => {
-  const c = { tasks: new Map([["t1", task("t1", { revision: 1 })]]), order: ["t1"], sessions: new Map() };
+test("a task that comes to have a pending question is reported (for a notification), however it was learnt", () => {
+  const c = { tasks: new Map([["t1", task("t1", { revision: 1 })], ["t2", task("t2", { revision: 1 })]]),
+    order: ["t1", "t2"], sessions: new Map() };
   const e = { id: "e", type: "task.status_summary.updated", task_id: "t1",
     payload: { task_id: "t1", status_summary: { pending_action: "clarification", revision: 2 } } };
-  assert.equal(applyEvent(c, e).effects.newlyPending, "t1");
+  const afterEvent = applyEvent(c, e).caches.tasks;
+  assert.deepEqual(newlyPending(c.tasks, afterEvent), ["t1"]);
+  // A snapshot that already holds the question (its event, held meanwhile, then changes nothing) still reports it.
+  const snapshot = [task("t1", { revision: 1 }), task("t2", { pending_action: "clarification", revision: 2 })];
+  const merged = mergeTaskSnapshot(c.tasks, snapshot).tasks;
+  assert.deepEqual(newlyPending(c.tasks, merged), ["t2"]);
+  const again = applyEvent({ ...c, tasks: merged }, { ...e, id: "e2", task_id: "t2",
+    payload: { task_id: "t2", status_summary: { pending_action: "clarification", revision: 2 } } }).caches.tasks;
+  assert.deepEqual(newlyPending(merged, again), []); // known already: nothing new
+  assert.deepEqual(newlyPending(afterEvent, afterEvent), []);
 });
 
 test("a snapshot requested before a create or a delete neither drops the new task nor revives the deleted one", () => {
