@@ -31,8 +31,10 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
             return self._client_override
         if self._client_cache is None:
             meta: Any = SessionRecord.Meta
+            from botocore.config import Config
             self._client_cache = aws.client("dynamodb", region_name=getattr(meta, "region", None),
-                                            endpoint_url=getattr(meta, "host", None))
+                                            endpoint_url=getattr(meta, "host", None),
+                                            config=Config(parameter_validation=False))
         return self._client_cache
 
     @property

@@ -20,11 +20,39 @@ from moto.dynamodb.exceptions import ItemSizeToUpdateTooLarge
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.parsing import ast_nodes, validators
 from moto.dynamodb.responses import DynamoHandler
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+_AST = threading.local()
+
+
+def _an_update_validates_its_own_ast() -> None:
+    """moto parses an UpdateItem's expression, then its validator deep-copies the whole AST before walking it
+    (a fifth of the update's time), because for a new item the one AST is validated twice. For an existing
+    item it is validated once and never used again, so the validator may walk the parsed AST itself."""
+    original = validators.Validator.__init__
+    if getattr(original, "own_ast", False):
+        return
+
+    def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
+        if not getattr(_AST, "validated_once", False):
+            original(self, expression, *args, **kwargs)
+            return
+        expression.__deepcopy__ = lambda memo: expression  # the root's copy is the root: nothing is copied
+        try:
+            original(self, expression, *args, **kwargs)
+        finally:
+            del expression.__deepcopy__
+    __init__.own_ast = True  # type: ignore[attr-defined]
+    validators.Validator.__init__ = __init__  # type: ignore[method-assign]
+
+
+_an_update_validates_its_own_ast()
 
 
 def _refused_updates_store_nothing() -> None:
@@ -39,12 +67,15 @@ def _refused_updates_store_nothing() -> None:
         item = table.get_item(*self.get_keys_value(table, key))
         # The item's wire form, not a deep copy: several times cheaper, and every update pays for it.
         saved = item.to_json()["Attributes"] if item is not None else None
+        _AST.validated_once = item is not None  # see _an_update_validates_its_own_ast
         try:
             return original(self, table_name, key, *args, **kwargs)
         except ItemSizeToUpdateTooLarge:
             if item is not None and saved is not None:
                 item.attrs = LimitedSizeDict({name: DynamoType(value) for name, value in saved.items()})
             raise
+        finally:
+            _AST.validated_once = False
     update_item.restores_refused = True  # type: ignore[attr-defined]
     DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
 
@@ -173,6 +204,48 @@ def _per_request_lookups_once() -> None:
 
 
 _per_request_lookups_once()
+
+
+def _validators_pick_handlers_once() -> None:
+    """moto's expression validators walk the AST ten times per UpdateItem, and at every node of every walk each
+    rebuilds its node-type → handler map (twice: to test the node, then to pick its handler) and asks an ABC
+    `isinstance` of it. The map is fixed per walker and no node class is registered virtually, so the handler
+    for a node's class is the same every time: each walker remembers it. Same walk, same handlers, same AST."""
+    cls = ast_nodes.DepthFirstTraverser
+    if getattr(cls, "handlers_once", False):
+        return
+    is_node: dict[type, bool] = {}
+
+    def handler_for(self: Any, kind: type) -> Callable[[Any], Any] | None:
+        held: dict[type, Callable[[Any], Any] | None] | None = self.__dict__.get("_handler_for")
+        if held is None:
+            held = self.__dict__["_handler_for"] = {}
+        if kind not in held:
+            held[kind] = next((h for k, h in self._processing_map().items() if issubclass(kind, k)), None)
+        return held[kind]
+
+    def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
+        kind = type(node)
+        if not is_node.get(kind, False) and not is_node.setdefault(kind, issubclass(kind, ast_nodes.Node)):
+            return node
+        parent_node = node.parent
+        if node.children is not None:
+            for i, child_node in enumerate(node.children):
+                self.pre_processing_of_child(node, i)
+                self.traverse_node_recursively(child_node, i)
+        handler = handler_for(self, kind)
+        if handler is not None:
+            node = handler(node)
+            node.parent = parent_node
+            if parent_node:
+                parent_node.children[child_id] = node
+        return node
+
+    cls.traverse_node_recursively = traverse_node_recursively
+    cls.handlers_once = True
+
+
+_validators_pick_handlers_once()
 
 
 class Dispatcher(DomainDispatcherApplication):

@@ -88,6 +88,31 @@ def test_refused_update__stores_nothing(client: Any, table: str) -> None:
     assert items(client, table) == before
 
 
+def test_update_expressions__new_and_existing_item__applied_as_dynamodb_does(client: Any, table: str) -> None:
+    """The validator walks an update's own AST when the item exists, and a copy when it is created (moto
+    validates that one twice): both apply the same expression alike, and a refused one changes nothing."""
+    key = {"pk": {"S": "p"}, "sk": {"S": "u"}}
+    update = {"UpdateExpression": "SET n = if_not_exists(n, :zero) + :one, l = list_append(if_not_exists(l, :e), :l), "
+                                  "m = if_not_exists(m, :m) REMOVE gone ADD s :s",
+              "ExpressionAttributeValues": {":zero": {"N": "0"}, ":one": {"N": "1"}, ":e": {"L": []},
+                                            ":l": {"L": [{"S": "x"}]}, ":m": {"M": {"k": {"S": "v"}}},
+                                            ":s": {"SS": ["a"]}}}
+    for _ in range(2):
+        client.update_item(TableName=table, Key=key, **update)
+    got = client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert got == {**key, "n": {"N": "2"}, "l": {"L": [{"S": "x"}, {"S": "x"}]}, "m": {"M": {"k": {"S": "v"}}},
+                   "s": {"SS": ["a"]}}
+    with pytest.raises(ClientError) as refused:  # one path set twice: refused by validation, nothing written
+        client.update_item(TableName=table, Key=key, UpdateExpression="SET n = :one, n = :one",
+                           ExpressionAttributeValues={":one": {"N": "1"}})
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    with pytest.raises(ClientError):  # no such function: refused for a new item as for an existing one
+        client.update_item(TableName=table, Key={"pk": {"S": "p"}, "sk": {"S": "new"}},
+                           UpdateExpression="SET n = nope(n)")
+    assert client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"] == got
+    assert "Item" not in client.get_item(TableName=table, Key={"pk": {"S": "p"}, "sk": {"S": "new"}})
+
+
 def test_items__read_back_exactly_as_written(emulator: EmulatorThread, client: Any, table: str) -> None:
     item = {"pk": {"S": "p"}, "sk": {"S": "a"}, "doc": NESTED}
     client.put_item(TableName=table, Item=item)
