@@ -579,27 +579,44 @@ def test_installable__manifest_icons_service_worker_and_offline_snapshot(ui: Ui,
     expect(ui.page.locator("#banner")).not_to_contain_text("can't be reached")
 
 
+def _background_page(browser: Browser, web_stack: LocalStack, workspace: str, viewport: str) -> tuple[Any, Page]:
+    """A page allowed to notify, loaded, then sent to the background (headless pages are always "visible": the
+    test decides what the page sees)."""
+    context = new_context(browser, viewport, permissions=["notifications"])
+    context.add_init_script("""Object.defineProperty(document, 'visibilityState',
+        {configurable: true, get: () => window.__hidden ? 'hidden' : 'visible'});""")
+    page = context.new_page()
+    page.goto(f"{web_stack.url}/#token={web_stack.user_token(workspace=workspace)}")
+    until_js(page, "async () => !!(await navigator.serviceWorker.ready).active", "an active service worker")
+    page.wait_for_function("() => window.clarify.state.tasksLoaded && window.clarify.state.online")
+    page.evaluate("() => { window.__hidden = true; document.dispatchEvent(new Event('visibilitychange')); }")
+    return context, page
+
+
+def _notification(page: Page) -> dict[str, str]:
+    try:
+        shown = until_js(page, """async () => {
+            const list = await (await navigator.serviceWorker.ready).getNotifications();
+            return list.length ? list.map(n => ({title: n.title, body: n.body})) : null;
+        }""", "a system notification")
+    except AssertionError as error:  # say what the page held, so a failure can be read from its report
+        seen = page.evaluate("""() => ({visibility: document.visibilityState, permission: Notification.permission,
+            online: window.clarify.state.online, tasks: [...window.clarify.state.tasks.values()].map(
+                t => [t.title, t.status_summary])})""")
+        raise AssertionError(f"{error}; the page held {seen}") from None
+    return dict(shown[0])
+
+
 def test_notification__question_while_the_page_is_in_the_background(
         browser: Browser, web_stack: LocalStack, flow: Flow, workspace: str, pump: PumpThread) -> None:
     task = flow.task("Ping me")
     for viewport in VIEWPORTS:
-        context = new_context(browser, viewport, permissions=["notifications"])
-        # Headless pages are always "visible": the test decides what the page sees.
-        context.add_init_script("""Object.defineProperty(document, 'visibilityState',
-            {configurable: true, get: () => window.__hidden ? 'hidden' : 'visible'});""")
-        page = context.new_page()
+        context, page = _background_page(browser, web_stack, workspace, viewport)
         try:
-            page.goto(f"{web_stack.url}/#token={web_stack.user_token(workspace=workspace)}")
-            until_js(page, "async () => !!(await navigator.serviceWorker.ready).active", "an active service worker")
-            page.wait_for_function("() => window.clarify.state.tasksLoaded && window.clarify.state.online")
-            page.evaluate("() => { window.__hidden = true; document.dispatchEvent(new Event('visibilitychange')); }")
             session = flow.session(task, f"[ask] question for {viewport}")
             flow.asked(session)
-            shown = until_js(page, """async () => {
-                const list = await (await navigator.serviceWorker.ready).getNotifications();
-                return list.length ? list.map(n => ({title: n.title, body: n.body})) : null;
-            }""", "a system notification")
-            assert shown[0]["title"] == "The agent has a question" and "Ping me" in shown[0]["body"]
+            shown = _notification(page)
+            assert shown["title"] == "The agent has a question" and "Ping me" in shown["body"]
             page.evaluate("async () => (await (await navigator.serviceWorker.ready).getNotifications())"
                           ".forEach(n => n.close())")
             flow.user.post(f"/sessions/{session}/cancel")
@@ -612,15 +629,8 @@ def test_notification__question_that_a_reloading_task_list_already_holds(
     """The feed drops, the page reloads its task list, and the question arrives meanwhile: the list it gets back
     already holds the question (its event then changes nothing), and the user is still told."""
     task = flow.task("Ping me later")
-    context = new_context(browser, "desktop", permissions=["notifications"])
-    context.add_init_script("""Object.defineProperty(document, 'visibilityState',
-        {configurable: true, get: () => window.__hidden ? 'hidden' : 'visible'});""")
-    page = context.new_page()
+    context, page = _background_page(browser, web_stack, workspace, "desktop")
     try:
-        page.goto(f"{web_stack.url}/#token={web_stack.user_token(workspace=workspace)}")
-        until_js(page, "async () => !!(await navigator.serviceWorker.ready).active", "an active service worker")
-        page.wait_for_function("() => window.clarify.state.tasksLoaded && window.clarify.state.online")
-        page.evaluate("() => { window.__hidden = true; document.dispatchEvent(new Event('visibilitychange')); }")
         held: list[Route] = []
         page.route(lambda url: url.split("?")[0].endswith("/tasks"), lambda route: held.append(route))
         page.route("**/events?*", lambda route: route.abort(), times=1)  # the feed drops once: it reconnects
@@ -634,11 +644,8 @@ def test_notification__question_that_a_reloading_task_list_already_holds(
         assert flow.summary(task)["pending_action"] == "clarification"
         page.unroute_all()
         _release(held)  # the list is read now: it already holds the question
-        shown = until_js(page, """async () => {
-            const list = await (await navigator.serviceWorker.ready).getNotifications();
-            return list.length ? list.map(n => ({title: n.title, body: n.body})) : null;
-        }""", "a system notification")
-        assert shown[0]["title"] == "The agent has a question" and "Ping me later" in shown[0]["body"]
+        shown = _notification(page)
+        assert shown["title"] == "The agent has a question" and "Ping me later" in shown["body"]
     finally:
         context.close()
 
