@@ -593,17 +593,20 @@ def _background_page(browser: Browser, web_stack: LocalStack, workspace: str, vi
     return context, page
 
 
-def _notification(page: Page) -> dict[str, str]:
+def _notification(page: Page, pump: PumpThread) -> dict[str, str]:
     try:
         shown = until_js(page, """async () => {
             const list = await (await navigator.serviceWorker.ready).getNotifications();
             return list.length ? list.map(n => ({title: n.title, body: n.body})) : null;
         }""", "a system notification")
     except AssertionError as error:  # say what the page held, so a failure can be read from its report
-        seen = page.evaluate("""() => ({visibility: document.visibilityState, permission: Notification.permission,
-            online: window.clarify.state.online, tasks: [...window.clarify.state.tasks.values()].map(
-                t => [t.title, t.status_summary])})""")
-        raise AssertionError(f"{error}; the page held {seen}") from None
+        try:
+            seen = page.evaluate("""() => ({visibility: document.visibilityState, permission: Notification.permission,
+                online: window.clarify.state.online, tasks: [...window.clarify.state.tasks.values()].map(
+                    t => [t.title, t.status_summary])})""")
+        except PlaywrightError as unreadable:
+            seen = f"(unreadable: {unreadable})"
+        raise AssertionError(f"{error}; the page held {seen}; stream passes failed: {pump.failures[-3:]}") from None
     return dict(shown[0])
 
 
@@ -615,7 +618,7 @@ def test_notification__question_while_the_page_is_in_the_background(
         try:
             session = flow.session(task, f"[ask] question for {viewport}")
             flow.asked(session)
-            shown = _notification(page)
+            shown = _notification(page, pump)
             assert shown["title"] == "The agent has a question" and "Ping me" in shown["body"]
             page.evaluate("async () => (await (await navigator.serviceWorker.ready).getNotifications())"
                           ".forEach(n => n.close())")
@@ -644,7 +647,7 @@ def test_notification__question_that_a_reloading_task_list_already_holds(
         assert flow.summary(task)["pending_action"] == "clarification"
         page.unroute_all()
         _release(held)  # the list is read now: it already holds the question
-        shown = _notification(page)
+        shown = _notification(page, pump)
         assert shown["title"] == "The agent has a question" and "Ping me later" in shown["body"]
     finally:
         context.close()

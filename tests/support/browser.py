@@ -53,12 +53,17 @@ class PumpThread:
         self._paused = False
         self._all: list[Any] | None = None
         self._stop = threading.Event()
+        self.failures: list[str] = []  # passes that failed (each tried again), for a failing test's report
         self._thread = threading.Thread(target=self._run, daemon=True, name="browser-test-pump")
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            with self._lock:
-                handled = 0 if self._paused else self.pump.poll_once()
+            try:
+                with self._lock:
+                    handled = 0 if self._paused else self.pump.poll_once()
+            except Exception as error:  # noqa: BLE001 - as the stack's own pump: a failed pass is tried again
+                self.failures.append(repr(error))
+                handled = 0
             if handled == 0:
                 self._stop.wait(0.1)  # an idle pass costs emulator CPU the browser tests share
 
