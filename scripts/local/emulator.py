@@ -10,17 +10,22 @@ import json
 import logging
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import moto.dynamodb.models as moto_dynamodb
 from moto.core import responses as moto_responses
 from moto.core.responses import ActionResult
-from moto.dynamodb.exceptions import ItemSizeToUpdateTooLarge
+from moto.dynamodb import comparisons
+from moto.dynamodb import responses as moto_responses_dynamodb
+from moto.dynamodb.exceptions import ItemSizeTooLarge, ItemSizeToUpdateTooLarge, TooManyClauses
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import Table
-from moto.dynamodb.parsing import ast_nodes, validators
+from moto.dynamodb.models.utilities import bytesize
+from moto.dynamodb.parsing import ast_nodes, executors, validators
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 from moto.dynamodb.responses import DynamoHandler
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -248,6 +253,174 @@ def _validators_pick_handlers_once() -> None:
 _validators_pick_handlers_once()
 
 
+_REQUEST = threading.local()
+
+
+def _one_parse_per_request() -> None:
+    """moto parses a request's expressions twice: its handler to check them, its backend to apply them. Within one
+    request the second parse of the same text (a condition with the very same names and values; for UpdateItem,
+    the update expression) is the first one's result. A condition's parse is a pure tree; the handler reads an
+    update's AST before the backend uses it. Nothing is remembered beyond the request (see Serialised)."""
+    parse = comparisons.ConditionExpressionParser.parse
+    if getattr(parse, "once_per_request", False):
+        return
+
+    def parse_once(self: Any) -> Any:
+        memo: list[tuple[Any, ...]] | None = getattr(_REQUEST, "conditions", None)
+        if memo is None:
+            return parse(self)
+        text, names, values = self.condition_expression, self.expression_attribute_names, \
+            self.expression_attribute_values
+        for seen_text, seen_names, seen_values, op, found_names, found_values in memo:
+            if seen_text == text and seen_names is names and seen_values is values:
+                self.expr_attr_names_found.extend(found_names)
+                self.expr_attr_values_found.extend(found_values)
+                return op
+        op = parse(self)
+        memo.append((text, names, values, op, list(self.expr_attr_names_found), list(self.expr_attr_values_found)))
+        return op
+    parse_once.once_per_request = True  # type: ignore[attr-defined]
+    comparisons.ConditionExpressionParser.parse = parse_once  # type: ignore[method-assign]
+
+    make = UpdateExpressionParser.make.__func__  # type: ignore[attr-defined]
+
+    def make_once(cls: Any, text: str) -> Any:
+        memo: dict[str, Any] | None = getattr(_REQUEST, "updates", None)
+        if memo is None:
+            return make(cls, text)
+        if text not in memo:
+            memo[text] = make(cls, text)
+        return memo[text]
+    UpdateExpressionParser.make = classmethod(make_once)  # type: ignore[method-assign,assignment]
+
+    handle = DynamoHandler.update_item
+
+    def update_item(self: DynamoHandler) -> Any:
+        _REQUEST.updates = {}  # one UpdateItem, one update expression: its two parses are one
+        try:
+            return handle(self)
+        finally:
+            _REQUEST.updates = None
+    DynamoHandler.update_item = update_item  # type: ignore[method-assign]
+
+
+_one_parse_per_request()
+
+
+def _clauses_counted_once() -> None:
+    """moto allows one SET, one REMOVE and one ADD clause per update expression by counting, at every node of
+    the AST, the clauses below it, by a fresh search of that node's subtree: quadratic in the expression, and
+    on an update of a few paths more than the rest of its validation. Each node's counts follow from its
+    children's, so one walk counts them all, checking the nodes in moto's order and refusing with its error."""
+    cls = validators.ActionCountValidator
+    if "counts_once" in cls.__dict__:
+        return
+    kinds = ((ast_nodes.UpdateExpressionAddClause, "ADD"), (ast_nodes.UpdateExpressionRemoveClause, "REMOVE"),
+             (ast_nodes.UpdateExpressionSetClause, "SET"))
+    searched = (ast_nodes.Expression, ast_nodes.UpdateExpressionFunction)  # what find_clauses descends into
+
+    def counts(node: Any) -> list[int]:
+        if not isinstance(node, ast_nodes.Node):
+            return [0] * len(kinds)
+        children = node.children or []
+        below = [counts(child) for child in children]
+        total = [0] * len(kinds)
+        for child, child_counts in zip(children, below, strict=True):
+            descend = isinstance(child, searched)
+            for i, (kind, _) in enumerate(kinds):
+                total[i] += 1 if type(child) is kind else child_counts[i] if descend else 0
+        if isinstance(node, ast_nodes.UpdateExpression):
+            for (_, name), n in zip(kinds, total, strict=True):
+                if n > 1:
+                    raise TooManyClauses(name)
+        return total
+
+    def traverse(self: Any, node: Any) -> Any:
+        counts(node)
+        return node
+    cls.traverse = traverse
+    cls.counts_once = True
+
+
+_clauses_counted_once()
+
+
+class _ItemsNotCopied:
+    """moto.dynamodb.responses' `copy`: an Item is not copied. Its one use deep-copies the item an UpdateItem will
+    change, only to take its wire form at once, before the update; that wire form is already a copy."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    def deepcopy(self, x: Any, memo: dict[int, Any] | None = None) -> Any:
+        return x if isinstance(x, Item) else copy.deepcopy(x, memo)
+
+
+moto_responses_dynamodb.copy = _ItemsNotCopied()  # type: ignore[attr-defined]
+
+
+def _conditions_lexed_once() -> None:
+    """moto splits a condition into tokens by trying six regular expressions at every position of its text (most
+    of a condition's parse). The tokens follow from the text alone and are immutable, and a store sends the same
+    few condition texts again and again (names and values vary, the text does not): each text is split once."""
+    parser = comparisons.ConditionExpressionParser
+    if "lexed_once" in parser.__dict__:
+        return
+    lex = parser._lex_condition_expression
+
+    @functools.lru_cache(maxsize=4096)
+    def tokens(text: str) -> tuple[Any, ...]:
+        return tuple(lex(parser(text, {}, {})))
+
+    def _lex_condition_expression(self: Any) -> Any:
+        return deque(tokens(self.condition_expression))
+    parser._lex_condition_expression = _lex_condition_expression
+    parser.lexed_once = True
+
+
+_conditions_lexed_once()
+
+_SIZE = threading.local()
+
+
+def _item_size_checked_once() -> None:
+    """moto refuses an item over DynamoDB's size limit by summing the whole item's size at every top-level
+    attribute an update sets (twice per Clarify write: its version and time). One update is one check: the
+    attributes are set unchecked and the item that results is measured once, at the same limit and with the
+    same error, before anything else sees it (a refused update is then undone, see _refused_updates_store_nothing)."""
+    setitem = LimitedSizeDict.__setitem__
+    if getattr(setitem, "checked_once", False):
+        return
+
+    def __setitem__(self: LimitedSizeDict, key: str, value: Any) -> None:
+        if getattr(_SIZE, "deferred", False):
+            dict.__setitem__(self, key, value)
+        else:
+            setitem(self, key, value)
+    __setitem__.checked_once = True  # type: ignore[attr-defined]
+    LimitedSizeDict.__setitem__ = __setitem__  # type: ignore[method-assign]
+
+    execute = executors.UpdateExpressionExecutor.execute
+
+    def execute_checked_once(self: Any, node: Any = None) -> None:
+        if getattr(_SIZE, "deferred", False):  # a nested call: the outermost one checks
+            return execute(self, node)
+        _SIZE.deferred = True
+        try:
+            execute(self, node)
+        finally:
+            _SIZE.deferred = False
+        attrs = self.item.attrs
+        size = sum(bytesize(k) + (v.size() if type(v) is DynamoType else bytesize(str(v))) for k, v in attrs.items())
+        if size > ITEM_SIZE_LIMIT:
+            raise ItemSizeTooLarge
+    executors.UpdateExpressionExecutor.execute = execute_checked_once  # type: ignore[method-assign]
+
+
+ITEM_SIZE_LIMIT = 405000  # moto's: DynamoDB's 400 KB, measured by moto's authors to lie between 409 and 410 KB
+_item_size_checked_once()
+
+
 class Dispatcher(DomainDispatcherApplication):
     """moto's dispatcher, remembering its choice for JSON-protocol requests: the service follows from the host,
     the `X-Amz-Target` prefix and the signature's scope; anything else is decided afresh, as moto does."""
@@ -277,7 +450,11 @@ class Serialised:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         with self.lock:
-            return list(self.app(environ, start_response))
+            _REQUEST.conditions = []  # see _one_parse_per_request
+            try:
+                return list(self.app(environ, start_response))
+            finally:
+                _REQUEST.conditions = None
 
 
 def make_emulator(host: str = "127.0.0.1", port: int = 4566) -> BaseWSGIServer:

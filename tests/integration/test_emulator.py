@@ -9,7 +9,10 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from moto.dynamodb.exceptions import TooManyClauses
 from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.parsing import ast_nodes, validators
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
 from scripts.local.emulator import EmulatorThread
 from scripts.local.pump import StreamPump, Target
@@ -111,6 +114,81 @@ def test_update_expressions__new_and_existing_item__applied_as_dynamodb_does(cli
                            UpdateExpression="SET n = nope(n)")
     assert client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"] == got
     assert "Item" not in client.get_item(TableName=table, Key={"pk": {"S": "p"}, "sk": {"S": "new"}})
+
+
+CLAUSES = ["SET a = :v", "SET a = :v, b = :v REMOVE c ADD d :n DELETE e :s", "REMOVE a, b SET c = :v",
+           "SET a = :v SET b = :v", "ADD a :n ADD b :n", "REMOVE a REMOVE b", "SET a = :v ADD b :n ADD c :n SET d = :v",
+           "REMOVE a SET b = list_append(b, :l) REMOVE c", "SET #a.#b[1].c = if_not_exists(#a.x, :v) + :n, d = :v"]
+
+
+@pytest.mark.parametrize("expression", CLAUSES)
+def test_clause_counts__one_walk_refuses_as_moto_does(expression: str) -> None:
+    """One walk counts the SET/REMOVE/ADD clauses below every node; it accepts and refuses what moto's own
+    per-node search does, with the same error."""
+    def verdict(walk: Any) -> str:
+        try:
+            walk(validators.ActionCountValidator(), UpdateExpressionParser.make(expression))
+        except TooManyClauses as e:
+            return str(e)
+        return "accepted"
+    assert verdict(validators.ActionCountValidator.traverse) == verdict(ast_nodes.DepthFirstTraverser.traverse)
+
+
+def test_expressions_parsed_once__same_text_other_values__each_its_own(client: Any, table: str) -> None:
+    """A request's expressions are parsed once and a condition's text is split once for all requests: the same
+    text with other names or values is still decided on its own values."""
+    key_a, key_b = {"pk": {"S": "p"}, "sk": {"S": "a"}}, {"pk": {"S": "p"}, "sk": {"S": "b"}}
+    client.put_item(TableName=table, Item={**key_a, "v": {"N": "1"}, "w": {"N": "5"}})
+    client.put_item(TableName=table, Item={**key_b, "v": {"N": "2"}, "w": {"N": "5"}})
+    key_c = {"pk": {"S": "p"}, "sk": {"S": "c"}}
+    client.put_item(TableName=table, Item={**key_c, "w": {"N": "5"}})
+
+    def check(key: dict[str, Any], value: str, name: str = "v") -> dict[str, Any]:
+        return {"ConditionCheck": {"TableName": table, "Key": key, "ConditionExpression": "#x = :x",
+                                   "ExpressionAttributeNames": {"#x": name},
+                                   "ExpressionAttributeValues": {":x": {"N": value}}}}
+    client.transact_write_items(TransactItems=[check(key_a, "1"), check(key_b, "2"), check(key_c, "5", "w")])
+    with pytest.raises(ClientError) as cancelled:  # same text twice: b's own value decides, and it is not 1
+        client.transact_write_items(TransactItems=[check(key_a, "1"), check(key_b, "1")])
+    assert [r["Code"] for r in cancelled.value.response["CancellationReasons"]] == ["None", "ConditionalCheckFailed"]
+    for value, holds in (("1", True), ("2", False), ("1", True)):
+        update = {"TableName": table, "Key": key_a, "UpdateExpression": "SET #x = :x", "ConditionExpression": "#x = :x",
+                  "ExpressionAttributeNames": {"#x": "v"}, "ExpressionAttributeValues": {":x": {"N": value}}}
+        if holds:
+            client.update_item(**update)
+        else:
+            with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+                client.update_item(**update)
+
+
+def test_update__old_values_answered_as_before_the_update(client: Any, table: str) -> None:
+    """The item an update changes is not copied first; what the update answers about the old item is still the
+    item before it."""
+    key = {"pk": {"S": "p"}, "sk": {"S": "o"}}
+    client.put_item(TableName=table, Item={**key, "doc": NESTED, "v": {"N": "1"}})
+    update = {"TableName": table, "Key": key, "UpdateExpression": "SET v = :v, #d.#deep.#x.#y = :z",
+              "ExpressionAttributeNames": {"#d": "doc", "#deep": "deep", "#x": "x", "#y": "y"},
+              "ExpressionAttributeValues": {":v": {"N": "2"}, ":z": {"S": "changed"}}}
+    assert client.update_item(**update, ReturnValues="ALL_OLD")["Attributes"] == {**key, "doc": NESTED, "v": {"N": "1"}}
+    update["ExpressionAttributeValues"] = {":v": {"N": "3"}, ":z": {"S": "again"}}
+    old = client.update_item(**update, ReturnValues="UPDATED_OLD")["Attributes"]
+    assert old["v"] == {"N": "2"} and old["doc"]["M"]["deep"]["M"]["x"]["M"]["y"] == {"S": "changed"}
+
+
+def test_item_size__checked_once_per_update__nested_growth_refused_too(client: Any, table: str) -> None:
+    """An update is measured once, on the item it would leave: a nested change that takes the item past
+    DynamoDB's limit is refused like a top-level one (moto checked only top-level sets), and stores nothing;
+    one that fits is applied."""
+    key = {"pk": {"S": "p"}, "sk": {"S": "z"}}
+    client.put_item(TableName=table, Item={**key, "doc": {"M": {"a": {"S": "x" * 300_000}}}})
+    before = items(client, table)
+    with pytest.raises(ClientError, match="Item size to update has exceeded the maximum allowed size"):
+        client.update_item(TableName=table, Key=key, UpdateExpression="SET doc.b = :b",
+                           ExpressionAttributeValues={":b": {"S": "y" * 110_000}})
+    assert items(client, table) == before
+    client.update_item(TableName=table, Key=key, UpdateExpression="SET doc.b = :b, n = :n",
+                       ExpressionAttributeValues={":b": {"S": "y" * 90_000}, ":n": {"N": "1"}})
+    assert len(client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]["doc"]["M"]["b"]["S"]) == 90_000
 
 
 def test_items__read_back_exactly_as_written(emulator: EmulatorThread, client: Any, table: str) -> None:
