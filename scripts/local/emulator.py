@@ -21,6 +21,7 @@ from moto.dynamodb import comparisons
 from moto.dynamodb import responses as moto_responses_dynamodb
 from moto.dynamodb.exceptions import ItemSizeTooLarge, ItemSizeToUpdateTooLarge, TooManyClauses
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models import table as moto_table
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.models.utilities import bytesize
@@ -70,9 +71,11 @@ def _refused_updates_store_nothing() -> None:
     def update_item(self: DynamoDBBackend, table_name: str, key: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         table = self.get_table(table_name)
         item = table.get_item(*self.get_keys_value(table, key))
-        # The item's wire form, not a deep copy: several times cheaper, and every update pays for it.
+        # The item's wire form, not a deep copy: several times cheaper, and every update pays for it; it is also
+        # the stream record's old image, in place of moto's own deep copy of the item (_ItemBefore).
         saved = item.to_json()["Attributes"] if item is not None else None
         _AST.validated_once = item is not None  # see _an_update_validates_its_own_ast
+        _AST.before = (item, saved) if item is not None and saved is not None else None  # see _ItemBefore
         try:
             return original(self, table_name, key, *args, **kwargs)
         except ItemSizeToUpdateTooLarge:
@@ -81,6 +84,7 @@ def _refused_updates_store_nothing() -> None:
             raise
         finally:
             _AST.validated_once = False
+            _AST.before = None
     update_item.restores_refused = True  # type: ignore[attr-defined]
     DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
 
@@ -96,7 +100,23 @@ class _TablesNotCopied:
         return getattr(copy, name)
 
     def deepcopy(self, x: Any, memo: dict[int, Any] | None = None) -> Any:
-        return x if self.active and isinstance(x, Table) else copy.deepcopy(x, memo)
+        if self.active and isinstance(x, Table):
+            return x
+        before: tuple[Item, dict[str, Any]] | None = getattr(_AST, "before", None)
+        if before is not None and x is before[0]:
+            return _ItemBefore(x, before[1])
+        return copy.deepcopy(x, memo)
+
+
+class _ItemBefore:
+    """What moto's UpdateItem deep-copies the item for: its stream record's old image (the item's wire form and
+    keys). The update's wire-form snapshot (see _refused_updates_store_nothing) already is that image."""
+
+    def __init__(self, item: Item, attributes: dict[str, Any]) -> None:
+        self.hash_key, self.range_key, self.attributes = item.hash_key, item.range_key, attributes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"Attributes": self.attributes}
 
 
 def _transactions_back_up_their_items() -> None:
@@ -215,7 +235,8 @@ def _validators_pick_handlers_once() -> None:
     """moto's expression validators walk the AST ten times per UpdateItem, and at every node of every walk each
     rebuilds its node-type → handler map (twice: to test the node, then to pick its handler) and asks an ABC
     `isinstance` of it. The map is fixed per walker and no node class is registered virtually, so the handler
-    for a node's class is the same every time: each walker remembers it. Same walk, same handlers, same AST."""
+    for a node's class is the same every time: each walker remembers it (and a walker without a per-child hook
+    is not called for one at every child). Same walk, same handlers, same AST."""
     cls = ast_nodes.DepthFirstTraverser
     if getattr(cls, "handlers_once", False):
         return
@@ -229,14 +250,18 @@ def _validators_pick_handlers_once() -> None:
             held[kind] = next((h for k, h in self._processing_map().items() if issubclass(kind, k)), None)
         return held[kind]
 
+    no_hook = ast_nodes.DepthFirstTraverser.pre_processing_of_child
+
     def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
         kind = type(node)
         if not is_node.get(kind, False) and not is_node.setdefault(kind, issubclass(kind, ast_nodes.Node)):
             return node
         parent_node = node.parent
         if node.children is not None:
+            hook = type(self).pre_processing_of_child is not no_hook  # only one walker has a hook
             for i, child_node in enumerate(node.children):
-                self.pre_processing_of_child(node, i)
+                if hook:
+                    self.pre_processing_of_child(node, i)
                 self.traverse_node_recursively(child_node, i)
         handler = handler_for(self, kind)
         if handler is not None:
@@ -419,6 +444,44 @@ def _item_size_checked_once() -> None:
 
 ITEM_SIZE_LIMIT = 405000  # moto's: DynamoDB's 400 KB, measured by moto's authors to lie between 409 and 410 KB
 _item_size_checked_once()
+
+
+_STREAM = threading.local()
+
+
+def _stream_records_sized_when_read() -> None:
+    """moto sizes each stream record (`SizeBytes`) by serialising it whole, old and new image, as the write
+    that makes it is answered; DynamoDB's streams cost a write no latency. The record is sized when first read,
+    from the same content, so the figure is the one moto would have given."""
+    record = moto_table.StreamRecord
+    if "sized_when_read" in record.__dict__:
+        return
+    dump, init = moto_table.dynamo_json_dump, record.__init__
+
+    def dump_unless_sizing_later(value: Any) -> str:
+        return "" if getattr(_STREAM, "sizing_later", False) else dump(value)
+    moto_table.dynamo_json_dump = dump_unless_sizing_later
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        _STREAM.sizing_later = True
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            _STREAM.sizing_later = False
+        self.size_pending = True
+
+    def to_json(self: Any) -> dict[str, Any]:
+        if self.__dict__.pop("size_pending", False):
+            image = self.record["dynamodb"]
+            image["SizeBytes"] = 1  # as moto measures it: with its placeholder in place
+            image["SizeBytes"] = len(dump(image))
+        return self.record
+    record.__init__ = __init__
+    record.to_json = to_json
+    record.sized_when_read = True
+
+
+_stream_records_sized_when_read()
 
 
 class Dispatcher(DomainDispatcherApplication):

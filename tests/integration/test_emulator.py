@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.dynamodb.exceptions import TooManyClauses
 from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.utilities import dynamo_json_dump
 from moto.dynamodb.parsing import ast_nodes, validators
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
@@ -196,6 +197,37 @@ def test_items__read_back_exactly_as_written(emulator: EmulatorThread, client: A
     client.put_item(TableName=table, Item=item)
     assert client.get_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})["Item"] == item
     assert stream_records(emulator, client, table)[-1]["dynamodb"]["NewImage"] == item
+
+
+def test_stream__update_images_and_size__as_moto_makes_them(emulator: EmulatorThread, client: Any,
+                                                            table: str) -> None:
+    """An update's stream record takes its old image from the update's own snapshot (not a deep copy of the
+    item) and is sized when read: old and new image are the item before and after, and SizeBytes is moto's
+    figure (the record serialised with its placeholder), not the placeholder."""
+    key = {"pk": {"S": "p"}, "sk": {"S": "s"}}
+    client.put_item(TableName=table, Item={**key, "doc": NESTED, "v": {"N": "1"}})
+    client.update_item(TableName=table, Key=key, UpdateExpression="SET v = :v, doc.#deep.#x.#y = :z",
+                       ExpressionAttributeNames={"#deep": "deep", "#x": "x", "#y": "y"},
+                       ExpressionAttributeValues={":v": {"N": "2"}, ":z": {"S": "changed"}})
+    client.update_item(TableName=table, Key=key, UpdateExpression="SET v = :v", ExpressionAttributeValues={":v": {"N": "3"}})
+    records = stream_records(emulator, client, table)
+    first, second = (r["dynamodb"] for r in records[-2:])
+    assert first["OldImage"] == {**key, "doc": NESTED, "v": {"N": "1"}}
+    changed = first["NewImage"]
+    assert changed["v"] == {"N": "2"} and changed["doc"]["M"]["deep"]["M"]["x"]["M"]["y"] == {"S": "changed"}
+    assert second["OldImage"] == changed and second["NewImage"] == {**changed, "v": {"N": "3"}}
+    shard = emulator_shard(client, table)
+    for stored in shard.items[-2:]:
+        image = dict(stored.to_json()["dynamodb"], SizeBytes=1)
+        assert stored.to_json()["dynamodb"]["SizeBytes"] == len(dynamo_json_dump(image)) > 100
+
+
+def emulator_shard(client: Any, table: str) -> Any:
+    """The emulator's own stream shard of `table` (the emulator runs in this process)."""
+    from moto.dynamodb.models import dynamodb_backends
+    shard = dynamodb_backends["123456789012"]["us-east-1"].tables[table].stream_shard
+    assert shard is not None
+    return shard
 
 
 def test_plain_json__same_as_a_deep_copy_per_level() -> None:
