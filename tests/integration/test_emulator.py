@@ -209,7 +209,8 @@ def test_stream__update_images_and_size__as_moto_makes_them(emulator: EmulatorTh
     client.update_item(TableName=table, Key=key, UpdateExpression="SET v = :v, doc.#deep.#x.#y = :z",
                        ExpressionAttributeNames={"#deep": "deep", "#x": "x", "#y": "y"},
                        ExpressionAttributeValues={":v": {"N": "2"}, ":z": {"S": "changed"}})
-    client.update_item(TableName=table, Key=key, UpdateExpression="SET v = :v", ExpressionAttributeValues={":v": {"N": "3"}})
+    client.update_item(TableName=table, Key=key, UpdateExpression="SET v = :v",
+                       ExpressionAttributeValues={":v": {"N": "3"}})
     records = stream_records(emulator, client, table)
     first, second = (r["dynamodb"] for r in records[-2:])
     assert first["OldImage"] == {**key, "doc": NESTED, "v": {"N": "1"}}
