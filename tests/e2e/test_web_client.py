@@ -177,8 +177,7 @@ def test_answer_draft__kept_on_reload__other_device_wins__winner_shown_draft_kep
         ui.shot("before-submit")
         ui.overlay().get_by_role("button", name="Submit answers").click()  # two devices raced: this one lost
         ui.page.unroute(_reads, hold)
-        for route in held:
-            route.continue_()
+        _release(held)
         entry = ui.entry(cid)
         expect(entry).to_contain_text("Answer: Option B")  # the winner's answer
         draft = entry.locator(".lost-draft")
