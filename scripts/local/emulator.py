@@ -34,7 +34,8 @@ from werkzeug.serving import BaseWSGIServer, make_server
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-_AST = threading.local()
+# What the request this thread is serving is in the middle of (requests run one at a time, see Serialised).
+_REQUEST = threading.local()
 
 
 def _an_update_validates_its_own_ast() -> None:
@@ -46,7 +47,7 @@ def _an_update_validates_its_own_ast() -> None:
         return
 
     def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
-        if not getattr(_AST, "validated_once", False):
+        if not getattr(_REQUEST, "validated_once", False):
             original(self, expression, *args, **kwargs)
             return
         expression.__deepcopy__ = lambda memo: expression  # the root's copy is the root: nothing is copied
@@ -74,8 +75,8 @@ def _refused_updates_store_nothing() -> None:
         # The item's wire form, not a deep copy: several times cheaper, and every update pays for it; it is also
         # the stream record's old image, in place of moto's own deep copy of the item (_ItemBefore).
         saved = item.to_json()["Attributes"] if item is not None else None
-        _AST.validated_once = item is not None  # see _an_update_validates_its_own_ast
-        _AST.before = (item, saved) if item is not None and saved is not None else None  # see _ItemBefore
+        _REQUEST.validated_once = item is not None  # see _an_update_validates_its_own_ast
+        _REQUEST.before = (item, saved) if item is not None and saved is not None else None  # see _ItemBefore
         try:
             return original(self, table_name, key, *args, **kwargs)
         except ItemSizeToUpdateTooLarge:
@@ -83,29 +84,38 @@ def _refused_updates_store_nothing() -> None:
                 item.attrs = LimitedSizeDict({name: DynamoType(value) for name, value in saved.items()})
             raise
         finally:
-            _AST.validated_once = False
-            _AST.before = None
+            _REQUEST.validated_once = False
+            _REQUEST.before = None
     update_item.restores_refused = True  # type: ignore[attr-defined]
     DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
 
 
 _refused_updates_store_nothing()
 
-class _TablesNotCopied:
-    """moto.dynamodb.models' `copy`, except that while `active` a table is not copied (see below)."""
+class _CopiesMotoNeedsNot:
+    """`copy` in moto's DynamoDB models and handler, without the copies they need not make: a table named by a
+    transaction while `tables_kept` (see _transactions_back_up_their_items), and an item. moto deep-copies an
+    item in two places, both in UpdateItem: its handler, only to take the item's wire form at once, before the
+    update (that wire form already is a copy); its backend, for the stream record's old image, which the
+    update's own wire-form snapshot already is (_ItemBefore)."""
 
-    active = False
+    tables_kept = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(copy, name)
 
     def deepcopy(self, x: Any, memo: dict[int, Any] | None = None) -> Any:
-        if self.active and isinstance(x, Table):
+        if self.tables_kept and isinstance(x, Table):
             return x
-        before: tuple[Item, dict[str, Any]] | None = getattr(_AST, "before", None)
-        if before is not None and x is before[0]:
-            return _ItemBefore(x, before[1])
+        if isinstance(x, Item):
+            before: tuple[Item, dict[str, Any]] | None = getattr(_REQUEST, "before", None)
+            return _ItemBefore(x, before[1]) if before is not None and x is before[0] else x
         return copy.deepcopy(x, memo)
+
+
+COPIES = _CopiesMotoNeedsNot()
+moto_dynamodb.copy = COPIES  # type: ignore[attr-defined]
+moto_responses_dynamodb.copy = COPIES  # type: ignore[attr-defined]
 
 
 class _ItemBefore:
@@ -126,8 +136,6 @@ def _transactions_back_up_their_items() -> None:
     original = DynamoDBBackend.transact_write_items
     if getattr(original, "backs_up_items", False):
         return
-    tables_not_copied = _TablesNotCopied()
-    moto_dynamodb.copy = tables_not_copied  # type: ignore[attr-defined]
 
     def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
         saved: list[tuple[Table, DynamoType, DynamoType | None, Item | None]] = []
@@ -147,7 +155,7 @@ def _transactions_back_up_their_items() -> None:
                 shard = table.stream_shard
                 if shard is not None:
                     streams.setdefault(id(shard), (shard, len(shard.items)))
-        tables_not_copied.active = True
+        COPIES.tables_kept = True
         try:
             return original(self, transact_items)
         except Exception:
@@ -162,7 +170,7 @@ def _transactions_back_up_their_items() -> None:
                 del shard.items[length:]
             raise
         finally:
-            tables_not_copied.active = False
+            COPIES.tables_kept = False
     transact_write_items.backs_up_items = True  # type: ignore[attr-defined]
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
@@ -278,9 +286,6 @@ def _validators_pick_handlers_once() -> None:
 _validators_pick_handlers_once()
 
 
-_REQUEST = threading.local()
-
-
 def _one_parse_per_request() -> None:
     """moto parses a request's expressions twice: its handler to check them, its backend to apply them. Within one
     request the second parse of the same text (a condition with the very same names and values; for UpdateItem,
@@ -370,20 +375,6 @@ def _clauses_counted_once() -> None:
 _clauses_counted_once()
 
 
-class _ItemsNotCopied:
-    """moto.dynamodb.responses' `copy`: an Item is not copied. Its one use deep-copies the item an UpdateItem will
-    change, only to take its wire form at once, before the update; that wire form is already a copy."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(copy, name)
-
-    def deepcopy(self, x: Any, memo: dict[int, Any] | None = None) -> Any:
-        return x if isinstance(x, Item) else copy.deepcopy(x, memo)
-
-
-moto_responses_dynamodb.copy = _ItemsNotCopied()  # type: ignore[attr-defined]
-
-
 def _conditions_lexed_once() -> None:
     """moto splits a condition into tokens by trying six regular expressions at every position of its text (most
     of a condition's parse). The tokens follow from the text alone and are immutable, and a store sends the same
@@ -405,7 +396,8 @@ def _conditions_lexed_once() -> None:
 
 _conditions_lexed_once()
 
-_SIZE = threading.local()
+
+ITEM_SIZE_LIMIT = 405000  # moto's: DynamoDB's 400 KB, measured by moto's authors to lie between 409 and 410 KB
 
 
 def _item_size_checked_once() -> None:
@@ -418,7 +410,7 @@ def _item_size_checked_once() -> None:
         return
 
     def __setitem__(self: LimitedSizeDict, key: str, value: Any) -> None:
-        if getattr(_SIZE, "deferred", False):
+        if getattr(_REQUEST, "deferred", False):
             dict.__setitem__(self, key, value)
         else:
             setitem(self, key, value)
@@ -428,13 +420,13 @@ def _item_size_checked_once() -> None:
     execute = executors.UpdateExpressionExecutor.execute
 
     def execute_checked_once(self: Any, node: Any = None) -> None:
-        if getattr(_SIZE, "deferred", False):  # a nested call: the outermost one checks
+        if getattr(_REQUEST, "deferred", False):  # a nested call: the outermost one checks
             return execute(self, node)
-        _SIZE.deferred = True
+        _REQUEST.deferred = True
         try:
             execute(self, node)
         finally:
-            _SIZE.deferred = False
+            _REQUEST.deferred = False
         attrs = self.item.attrs
         size = sum(bytesize(k) + (v.size() if type(v) is DynamoType else bytesize(str(v))) for k, v in attrs.items())
         if size > ITEM_SIZE_LIMIT:
@@ -442,11 +434,8 @@ def _item_size_checked_once() -> None:
     executors.UpdateExpressionExecutor.execute = execute_checked_once  # type: ignore[method-assign]
 
 
-ITEM_SIZE_LIMIT = 405000  # moto's: DynamoDB's 400 KB, measured by moto's authors to lie between 409 and 410 KB
 _item_size_checked_once()
 
-
-_STREAM = threading.local()
 
 
 def _stream_records_sized_when_read() -> None:
@@ -459,15 +448,15 @@ def _stream_records_sized_when_read() -> None:
     dump, init = moto_table.dynamo_json_dump, record.__init__
 
     def dump_unless_sizing_later(value: Any) -> str:
-        return "" if getattr(_STREAM, "sizing_later", False) else dump(value)
+        return "" if getattr(_REQUEST, "sizing_later", False) else dump(value)
     moto_table.dynamo_json_dump = dump_unless_sizing_later
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        _STREAM.sizing_later = True
+        _REQUEST.sizing_later = True
         try:
             init(self, *args, **kwargs)
         finally:
-            _STREAM.sizing_later = False
+            _REQUEST.sizing_later = False
         self.size_pending = True
 
     def to_json(self: Any) -> dict[str, Any]:
