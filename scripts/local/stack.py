@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from typing import Any
@@ -61,6 +62,7 @@ class LocalStack:
         self.api: ApiThread | None = None
         self.pump: StreamPump | None = None
         self.bus: LocalBus | None = None
+        self.failure_dir: str | None = None
 
     def start(self, *, reconcile: bool = True, endpoint: str | None = None) -> LocalStack:
         if endpoint is None:
@@ -70,7 +72,7 @@ class LocalStack:
         env = local_env(CLARIFY_TABLE_PREFIX=self.prefix, CLARIFY_AGENTCTL_URL=self.agentctl_url,
                         CLARIFY_DEPLOYMENT_ID=f"test-{uuid.uuid4().hex[:8]}", CLARIFY_EVENT_BUS=f"{self.prefix}events")
         env["AWS_ENDPOINT_URL"] = endpoint
-        env["CLARIFY_STREAM_FAILURE_DIR"] = tempfile.mkdtemp(prefix="clarify-stream-failures-")
+        self.failure_dir = env["CLARIFY_STREAM_FAILURE_DIR"] = tempfile.mkdtemp(prefix="clarify-stream-failures-")
         os.environ.update(env)
         bootstrap.override(None)
         readiness.forget()
@@ -101,6 +103,8 @@ class LocalStack:
             self.api.stop()
         if self.emulator:
             self.emulator.stop()
+        if self.failure_dir:
+            shutil.rmtree(self.failure_dir, ignore_errors=True)
         bootstrap.override(None)
         readiness.forget()
 
