@@ -24,6 +24,9 @@ class Settings:
     # An owner deadline: how long an invocation may hold a claim before the scheduled reconciler acts.
     owner_window: timedelta = timedelta(seconds=60)
     events_lookback: timedelta = timedelta(seconds=30)
+    # How long an event's put may land after its writer stamped `written_at` (its call, retries and clock skew
+    # between writers included): the feed reads that far back in write time. Well under the lookback.
+    events_write_margin: timedelta = timedelta(seconds=10)
     max_event_wait: int = 25
     max_waiter_poll: int = 25  # under API Gateway's 29 s limit
     waiter_lease_margin: timedelta = timedelta(seconds=10)
