@@ -3,6 +3,7 @@ a cancelled transaction changes no item and adds no stream record, a refused upd
 come back exactly as written. The whole suite trusts these, so they are checked over HTTP, on the emulator."""
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -274,3 +275,32 @@ def test_pump__stream_looked_up_once__again_after_a_failed_pass(emulator: Emulat
     client.put_item(TableName=table, Item={"pk": {"S": "p"}, "sk": {"S": "second"}})
     assert pump.poll_once() == 1 and seen == ["first", "second"]
     assert {"DescribeTable", "DescribeStream"} <= set(calls)
+
+
+def test_bus_to_queue__input_paths_parsed_once__message_as_moto_builds_it(emulator: EmulatorThread) -> None:
+    import jsonpath_ng.ext
+
+    kw: dict[str, Any] = {"endpoint_url": emulator.url, "region_name": "us-east-1", "aws_access_key_id": "test",
+                          "aws_secret_access_key": "test"}
+    events, sqs = boto3.client("events", **kw), boto3.client("sqs", **kw)
+    name = f"emu-{uuid.uuid4().hex[:8]}"
+    events.create_event_bus(Name=name)
+    queue = sqs.create_queue(QueueName=name)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name=name, EventBusName=name, EventPattern='{"source": ["clarify"]}')
+    events.put_targets(Rule=name, EventBusName=name, Targets=[
+        {"Id": "plain", "Arn": arn},
+        {"Id": "shaped", "Arn": arn, "InputTransformer": {"InputPathsMap": {"t": "$.detail.type"},
+                                                          "InputTemplate": '{"kind": "<t>"}'}}])
+    for n in range(2):
+        events.put_events(Entries=[{"EventBusName": name, "Source": "clarify", "DetailType": "clarify.event",
+                                    "Detail": f'{{"type": "t{n}", "n": {n}}}'}])
+    bodies = []
+    while len(bodies) < 4:
+        got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        bodies += [json.loads(m["Body"]) for m in got]
+    plain = sorted((b for b in bodies if "detail" in b), key=lambda b: b["detail"]["n"])
+    assert [(b["source"], b["detail-type"], b["detail"]) for b in plain] == [
+        ("clarify", "clarify.event", {"type": "t0", "n": 0}), ("clarify", "clarify.event", {"type": "t1", "n": 1})]
+    assert sorted(b["kind"] for b in bodies if "kind" in b) == ["t0", "t1"]
+    assert jsonpath_ng.ext.parse("$.detail") is jsonpath_ng.ext.parse("$.detail")  # parsed once, then reused
