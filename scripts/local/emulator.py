@@ -12,11 +12,13 @@ import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import moto.dynamodb.models as moto_dynamodb
 from moto.core import responses as moto_responses
 from moto.core.responses import ActionResult
+from moto.core.serialize import TimestampSerializer
 from moto.dynamodb import comparisons
 from moto.dynamodb import responses as moto_responses_dynamodb
 from moto.dynamodb.exceptions import ItemSizeTooLarge, ItemSizeToUpdateTooLarge, TooManyClauses
@@ -28,6 +30,7 @@ from moto.dynamodb.models.utilities import bytesize
 from moto.dynamodb.parsing import ast_nodes, executors, validators
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 from moto.dynamodb.responses import DynamoHandler
+from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
@@ -202,26 +205,41 @@ _plain_json_in_one_pass()
 
 # Operations whose answer is items (or nothing) in DynamoDB's own JSON: written as is. moto's generic,
 # shape-driven serializer walks every attribute of every item and costs more than the operation itself, so an
-# aggregate of a few KB would look many times slower than a small item where DynamoDB shows no such gap.
+# aggregate of a few KB would look many times slower than a small item where DynamoDB shows no such gap. The
+# same holds for a stream's records (their old and new images) and its iterators, which the stream pump reads
+# several times a second; a record's one timestamp is written as moto's serializer writes it.
 ITEM_ACTIONS = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "BatchGetItem"})
+STREAM_ACTIONS = frozenset({"GetRecords", "GetShardIterator"})
+
+
+def _epoch(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return TimestampSerializer._timestamp_unixtimestamp(value)
+    raise TypeError(f"{type(value).__name__} is not plain JSON")
 
 
 def _items_as_json() -> None:
-    original = DynamoHandler.serialized
+    for handler, actions in ((DynamoHandler, ITEM_ACTIONS), (DynamoDBStreamsHandler, STREAM_ACTIONS)):
+        _answers_as_json(handler, actions)
+
+
+def _answers_as_json(handler: type[Any], actions: frozenset[str]) -> None:
+    original = handler.serialized
     if getattr(original, "items_as_json", False):
         return
 
-    def serialized(self: DynamoHandler, action_result: ActionResult) -> Any:
+    def serialized(self: Any, action_result: ActionResult) -> Any:
         result = action_result.result
-        if isinstance(result, dict) and self._get_action() in ITEM_ACTIONS:
+        if isinstance(result, dict) and self._get_action() in actions:
             try:
-                body = json.dumps(result)
+                body = json.dumps(result, default=_epoch)
             except TypeError:  # something that is not plain JSON: let moto's serializer handle it
                 return original(self, action_result)
             return 200, {**self.response_headers, "Content-Type": "application/x-amz-json-1.0"}, body
         return original(self, action_result)
     serialized.items_as_json = True  # type: ignore[attr-defined]
-    DynamoHandler.serialized = serialized  # type: ignore[method-assign,assignment]
+    serialized.moto_serialized = original  # type: ignore[attr-defined]
+    handler.serialized = serialized
 
 
 _items_as_json()

@@ -224,6 +224,24 @@ def test_stream__update_images_and_size__as_moto_makes_them(emulator: EmulatorTh
         assert stored.to_json()["dynamodb"]["SizeBytes"] == len(dynamo_json_dump(image)) > 100
 
 
+def test_stream_reads__written_as_json__what_moto_s_serializer_answers(emulator: EmulatorThread, client: Any,
+                                                                         table: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """GetRecords and GetShardIterator are answered as plain JSON (the record's timestamp as moto writes it):
+    a client reads the same records, images and timestamps as from moto's own serializer."""
+    from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
+
+    key = {"pk": {"S": "p"}, "sk": {"S": "s"}}
+    client.put_item(TableName=table, Item={**key, "doc": NESTED})
+    client.update_item(TableName=table, Key=key, UpdateExpression="SET v = :v",
+                       ExpressionAttributeValues={":v": {"NS": ["1", "2.5"]}})
+    client.delete_item(TableName=table, Key=key)
+    fast = stream_records(emulator, client, table)
+    assert [r["eventName"] for r in fast] == ["INSERT", "MODIFY", "REMOVE"]
+    monkeypatch.setattr(DynamoDBStreamsHandler, "serialized", DynamoDBStreamsHandler.serialized.moto_serialized)
+    assert stream_records(emulator, client, table) == fast
+
+
 def emulator_shard(client: Any, table: str) -> Any:
     """The emulator's own stream shard of `table` (the emulator runs in this process)."""
     from moto.dynamodb.models import dynamodb_backends
