@@ -9,8 +9,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from .. import observability as obs
 from ..auth.tokens import Caller
@@ -28,11 +29,15 @@ class Page:
     cursor: str
 
 
-# A seen event is remembered by a short digest of its id (48 bits, 8 characters) under how long before the
-# cursor's read it was written (milliseconds): enough to leave it out of the next page and to forget it once it
-# is past the margin. Past SEEN_CAP events within the margin the oldest are forgotten early and may come once
-# more (the feed is at-least-once); the cursor stays a few kilobytes.
+# A seen event is remembered by a short digest of its id (48 bits, 8 characters), grouped by the tenths of a
+# second between its write and the cursor's read (so it is forgotten at most 0.1 s after it could come again):
+# enough to leave it out of the next page. Past SEEN_CAP events within the margin, the oldest are forgotten and
+# the cursor's floor moves up to them instead (nothing written up to then is asked for again), so the cursor stays
+# under ~5 KB and nothing repeats; only a put stamped before that floor and landing after the read would then be
+# missed, which needs more than SEEN_CAP newer events in its workspace while it is in flight.
+TICK = 0.1
 SEEN_CAP = 2 * PAGE
+CURSOR_YEARS = (2000, 9000)  # a cursor's times lie here, so nothing it asks for can overflow
 
 
 def _digest(event_id: str) -> str:
@@ -43,8 +48,8 @@ def _digest(event_id: str) -> str:
 class Cursor:
     sk: str  # the last sort key returned
     read_at: str  # when the read that returned it happened
-    seen: dict[str, str]  # digest -> written_at: events returned that a later read may meet again (see below)
-    floor: str = ""  # an `after=now` cursor: nothing written before this time is news
+    seen: dict[str, str]  # digest -> (at least) its written_at: events returned that a later read may meet again
+    floor: str = ""  # nothing written up to this time is news (`after=now`, or the oldest forgotten seen events)
 
 
 def _encode(c: Cursor) -> str:
@@ -53,26 +58,40 @@ def _encode(c: Cursor) -> str:
     if c.seen:
         groups: dict[int, str] = {}
         for d, w in c.seen.items():
-            ms = round((t - parse_iso(w)).total_seconds() * 1000)
-            groups[ms] = groups.get(ms, "") + d
-        data["s"] = [[ms, digests] for ms, digests in groups.items()]
+            ticks = math.floor((t - parse_iso(w)).total_seconds() / TICK)  # t - ticks >= w: never forgotten early
+            groups[ticks] = groups.get(ticks, "") + d
+        data["s"] = [[ticks, digests] for ticks, digests in sorted(groups.items())]
     if c.floor:
         data["f"] = c.floor
     return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode()
+
+
+def _moment(value: object) -> datetime:
+    moment = parse_iso(str(value))
+    if not CURSOR_YEARS[0] <= moment.year <= CURSOR_YEARS[1]:
+        raise ValueError("a cursor's time out of range")
+    return moment
 
 
 def _decode(cursor: str) -> Cursor:
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor.encode()))
         sk, read_at = str(data["sk"]), str(data["t"])
-        t = parse_iso(read_at)
-        seen = {str(digests)[i:i + 8]: iso(t - timedelta(milliseconds=int(ms)))
-                for ms, digests in data.get("s", []) for i in range(0, len(digests), 8)}
+        t = _moment(read_at)
+        seen: dict[str, str] = {}
+        groups = data.get("s", [])
+        if sum(len(digests) // 8 for _, digests in groups) > SEEN_CAP:
+            raise ValueError("a cursor's seen events are too many")
+        for ticks, digests in groups:
+            if type(ticks) is not int or abs(ticks) > 864_000 or not isinstance(digests, str) or len(digests) % 8:
+                raise ValueError("a cursor's seen events are malformed")
+            w = iso(t - timedelta(seconds=ticks * TICK))
+            seen.update((digests[i:i + 8], w) for i in range(0, len(digests), 8))
         floor = str(data.get("f", ""))
         if floor:
-            parse_iso(floor)
+            _moment(floor)
         return Cursor(sk, read_at, seen, floor)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         raise ValidationError("after", "after is not a cursor this feed issued") from exc
 
 
@@ -110,7 +129,8 @@ def list_events(deps: Deps, caller: Caller, after: str | None, wait: int) -> Pag
     horizon = iso(parse_iso(read[0]) - margin)  # the next read asks for nothing written before this
     seen = {d: w for d, w in cursor.seen.items() if w > horizon}
     seen.update((_digest(e.id), w) for _, w, e in rows if w > horizon)
-    if len(seen) > SEEN_CAP:  # a burst: the oldest may come once more (the feed is at-least-once)
-        seen = dict(sorted(seen.items(), key=lambda kv: kv[1])[-SEEN_CAP:])
-    floor = cursor.floor if cursor.floor > horizon else ""
-    return Page([e for _, _, e in rows], _encode(Cursor(last, read[0], seen, floor)))
+    floor = cursor.floor
+    if len(seen) > SEEN_CAP:  # a burst: forget the oldest, and ask for nothing written up to them again
+        floor = max(floor, sorted(seen.values())[len(seen) - SEEN_CAP - 1])
+        seen = {d: w for d, w in seen.items() if w > floor}
+    return Page([e for _, _, e in rows], _encode(Cursor(last, read[0], seen, floor if floor > horizon else "")))

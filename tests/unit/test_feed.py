@@ -97,29 +97,47 @@ def test_now__nothing_written_before__everything_after_even_lagging(f: Feed) -> 
     assert f.read(cursor)[0] == ["evt-after"]
 
 
-@pytest.mark.parametrize("burst", [feed.SEEN_CAP - 10, feed.SEEN_CAP + 50])
-def test_burst__every_event_delivered__once_up_to_the_cap__cursor_bounded(f: Feed, burst: int) -> None:
-    at = f.tick()
-    for i in range(burst):  # many events written at one moment, all within the write margin of the reads
-        f.write(f.event(f"{i:03d}", at), written_at=at)
-    f.tick()
+@pytest.mark.parametrize("burst", [feed.SEEN_CAP - 10, feed.SEEN_CAP + 150, 3 * feed.SEEN_CAP])
+def test_burst__every_event_once__cursor_bounded__a_long_poll_then_waits(f: Feed, burst: int) -> None:
+    for i in range(burst):  # many events, each written at its own moment, all within the write margin
+        at = f.tick(0.004)
+        f.write(f.event(f"{i:04d}", at), written_at=at)
     delivered: list[str] = []
     cursor = None
-    for _ in range(6):
+    for _ in range(burst // feed.PAGE + 3):
         ids, cursor = f.read(cursor)
         delivered += ids
         assert len(cursor) < 6000  # a query string, well under a gateway's URL limit
-    assert set(delivered) == {f"evt-{i:03d}" for i in range(burst)}
-    if burst <= feed.SEEN_CAP:
-        assert len(delivered) == burst  # none twice
+    assert sorted(delivered) == [f"evt-{i:04d}" for i in range(burst)]  # every one, and none twice
+    f.sleeps.clear()
+    assert f.read(cursor, wait=2)[0] == [] and sum(f.sleeps) == pytest.approx(2, abs=0.2)
+
+
+def test_burst_past_the_cap__a_put_landing_late_within_it__still_delivered(f: Feed) -> None:
+    f.write(f.event("first", f.tick()))
+    ids, cursor = f.read(None)
+    lagging_change, stamped = f.tick(), f.tick()  # a put stamped before the burst lands after it is read
+    for i in range(feed.SEEN_CAP):
+        at = f.tick(0.001)
+        f.write(f.event(f"{i:04d}", at), written_at=at)
+    for _ in range(3):
+        ids, cursor = f.read(cursor)
+    f.write(f.event("late", lagging_change), written_at=stamped)
+    assert f.read(cursor)[0] == ["evt-late"]
 
 
 def test_cursor__earlier_form_still_read__garbage_refused(f: Feed) -> None:
     f.write(f.event("a", f.tick()))
     earlier = base64.urlsafe_b64encode(json.dumps({"sk": "", "t": iso(f.t - timedelta(seconds=1))}).encode())
     assert f.read(earlier.decode())[0] == ["evt-a"]
-    for bad in ("not-a-cursor", base64.urlsafe_b64encode(b'{"sk": "", "t": "x"}').decode(),
-                base64.urlsafe_b64encode(b'{"sk": "", "t": "2026-12-02T08:00:00.000000Z", "s": [[1]]}').decode()):
+    t = '"sk": "", "t": "2026-12-02T08:00:00.000000Z"'
+    hostile = ['{"sk": "", "t": "x"}', "{" + t + ', "s": [[1]]}', "{" + t + ', "s": [[1e11, "AAAAAAAA"]]}',
+               "{" + t + ', "s": [[1.5, "AAAAAAAA"]]}', "{" + t + ', "s": [[1, "AAA"]]}',
+               "{" + t + ', "s": [[1, "' + "A" * 8 * (feed.SEEN_CAP + 1) + '"]]}',
+               '{"sk": "", "t": "0001-01-01T00:00:00.000000Z"}', "{" + t + ', "f": "0001-01-01T00:00:00.000000Z"}',
+               "{" + t + ', "s": [[Infinity, "AAAAAAAA"]]}', "{" + t + ', "s": [[1, 5]]}',
+               "[" * 100_000 + "]" * 100_000]
+    for bad in ["not-a-cursor", *(base64.urlsafe_b64encode(h.encode()).decode() for h in hostile)]:
         with pytest.raises(ValidationError):
             f.read(bad)
 
