@@ -41,7 +41,9 @@ from chalicelib.services.projection import task_summary
 from .journal import ACTIVE_STATES, FINAL_STATES, AnswerOp, Journal, Request
 
 Event = dict[str, Any]
-OK_FATES = frozenset({"delivered live", "delivered by prompt", "delivered by steer", "held by the watchdog",
+CONFIRMED_UNRECORDED = "delivered live (the agent's record of its confirmation was cut by its kill)"
+OK_FATES = frozenset({"delivered live", CONFIRMED_UNRECORDED, "delivered by prompt", "delivered by steer",
+                      "held by the watchdog",
                       "recorded", "queued behind an open turn", "refused; a retry reports it"})
 AMBIGUOUS_FATES = frozenset({"ambiguous"})
 
@@ -139,7 +141,7 @@ def fate(op: AnswerOp, record: AgentRecord, handoffs: list[Event], sessions: dic
     if s.watchdog is not None and op.marker in s.watchdog.text:
         return "held by the watchdog"
     if op.kind in ("answer", "skip"):
-        return _bundle_fate(op, s)
+        return _bundle_fate(op, s, record)
     if any(op.marker in p.content for p in s.queue):
         turn = s.current_turn
         if s.terminal:
@@ -152,7 +154,7 @@ def fate(op: AnswerOp, record: AgentRecord, handoffs: list[Event], sessions: dic
     return "never reached the agent"
 
 
-def _bundle_fate(op: AnswerOp, s: Session) -> str:
+def _bundle_fate(op: AnswerOp, s: Session, record: AgentRecord) -> str:
     b = s.bundle(op.clarification_id or "")
     if b is None:
         return "question deleted"
@@ -163,6 +165,11 @@ def _bundle_fate(op: AnswerOp, s: Session) -> str:
     if mine and op.kind == "skip" and d is not None and d.result == "recorded" and all(
             r.status == "rejected" for r in mine):
         return "recorded"
+    if mine and d is not None and d.confirmed_at and any(
+            e.get("delivery_id") == d.delivery_id for e in record.of("answer_received")):
+        # The agent logged the answer it received, and Clarify holds its durable confirmation of that delivery:
+        # a kill -9 between the confirm's 200 and the agent's own "confirmed" line leaves only these two.
+        return CONFIRMED_UNRECORDED
     if mine:
         return f"claimed, delivery {d.result if d else 'missing'}"
     return "restorable" if bundle_is_active(s, b) else "not taken"

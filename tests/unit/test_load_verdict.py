@@ -1,8 +1,12 @@
 """The load run's verdict explains a failed request only by a fault that really explains it."""
 from __future__ import annotations
 
+import json
+
+from chalicelib.services import watchdog
 from scripts.loadtest.journal import AnswerOp, Attempt, Fault, Journal, Request
-from scripts.loadtest.verdict import classify
+from scripts.loadtest.verdict import CONFIRMED_UNRECORDED, AgentRecord, classify, fate
+from tests.support.harness import World
 
 CID = "s1.c1"
 
@@ -33,3 +37,27 @@ def test_respond__ambiguous_with_no_kill_since_its_first_attempt__unexplained() 
     j = journal_with_answer(100.0)
     j.faults.append(Fault("api", killed=50.0, pid=1, back=60.0))  # before the answer was ever sent
     assert classify(ambiguous_retry(109.0), j, {}) is None
+
+
+def test_answer_fate__confirm_landed__agent_killed_before_logging_it__delivered_live() -> None:
+    """The agent logged the answer it received, the confirm's 200 was written by Clarify, then kill -9 cut the
+    agent's own "confirmed" line: the server's durable confirmation and the agent's receipt are the evidence."""
+    w = World()
+    session_id = w.new_session()
+    w.running(session_id)
+    a = w.confirmed_live(session_id)
+    # the agent died: its watchdog fires and the restarted agent refuses the replacement prompt (as in the run)
+    w.clock.advance(w.deps.settings.watchdog_timeout.total_seconds() + 1)
+    w.agent.script("reject")
+    assert watchdog.fire(w.deps, w.store.get_session(session_id))
+    session = w.store.get_session(session_id)
+    assert session is not None and session.watchdog is None
+    assert a.bundle_id is not None and session is not None
+    delivery = session.bundle(a.bundle_id).delivery
+    assert delivery is not None and delivery.confirmed_at
+    op = AnswerOp(a.marker, "answer", session_id, a.bundle_id)
+    received = AgentRecord([{"kind": "answer_received", "delivery_id": delivery.delivery_id,
+                             "response": json.loads(w.handoffs[-1])}])
+    assert fate(op, received, received.handoffs(), {session_id: session}) == CONFIRMED_UNRECORDED
+    # without the agent's receipt nothing says it had the answer: still a finding
+    assert fate(op, AgentRecord([]), [], {session_id: session}).startswith("claimed, delivery")
