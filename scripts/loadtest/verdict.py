@@ -274,9 +274,14 @@ def classify(r: Request, journal: Journal, asked_at: dict[str, float]) -> str | 
     if r.status == 502 and r.code in ("dispatch_ambiguous", "dispatch_failed") and r.context.get("marker"):
         # A retry is told how its first attempt ended (final for a message's client_message_id and for an
         # answer's Idempotency-Key): that attempt met a kill of the API mid-dispatch or of the agent.
-        firsts = [op.attempts[0].start for op in journal.answers if op.marker == r.context["marker"] and op.attempts]
+        ops = [op for op in journal.answers if op.marker == r.context["marker"] and op.attempts]
+        firsts = [op.attempts[0].start for op in ops]
         if firsts and any(min(firsts) <= k <= r.end for k in kills):
             return f"502 {r.code}: an earlier attempt met a kill (its retry is told the same)"
+        # ... or ran while the agent was down (killed before it, back only after it): refused, and final.
+        earlier = [a for op in ops for a in op.attempts if a.end <= r.start]
+        if r.code == "dispatch_failed" and any(a.start <= b and a.end >= k for a in earlier for k, b in agent_down):
+            return "502 dispatch_failed: an earlier attempt met the agent down (its retry is told the same)"
     return None
 
 

@@ -61,3 +61,18 @@ def test_answer_fate__confirm_landed__agent_killed_before_logging_it__delivered_
     assert fate(op, received, received.handoffs(), {session_id: session}) == CONFIRMED_UNRECORDED
     # without the agent's receipt nothing says it had the answer: still a finding
     assert fate(op, AgentRecord([]), [], {session_id: session}).startswith("claimed, delivery")
+
+
+def test_message_retry__first_attempt_while_the_agent_was_down__told_dispatch_failed__explained() -> None:
+    """The agent was killed before the first attempt and back only after it: the admission ended refused, and
+    the retry with the same client_message_id is told the same (final), after the agent is back."""
+    j = Journal()
+    op = AnswerOp("mk2", "message", "s1")
+    op.attempts.append(Attempt(502, "dispatch_failed", None, 101.0, 101.8))
+    j.answers.append(op)
+    j.faults.append(Fault("agent", killed=100.0, pid=1, back=102.0))
+    retry = Request("send message (auto)", 103.3, 103.4, 502, "dispatch_failed", context={"marker": "mk2"})
+    assert classify(retry, j, {}) == \
+        "502 dispatch_failed: an earlier attempt met the agent down (its retry is told the same)"
+    j.faults[0] = Fault("agent", killed=50.0, pid=1, back=52.0)  # down only long before: unexplained
+    assert classify(retry, j, {}) is None
