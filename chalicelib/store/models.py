@@ -5,7 +5,7 @@ from them, so there is nothing to keep in step by hand.
 """
 from __future__ import annotations
 
-import threading
+import functools
 from typing import Any
 
 import botocore.session
@@ -181,8 +181,9 @@ ALL_MODELS: tuple[type[Model], ...] = (
 )
 BASE_NAMES = {m: m.Meta.table_name for m in ALL_MODELS}
 
-_LOADER: list[Any] = []
-_LOADER_LOCK = threading.Lock()
+@functools.cache
+def _shared_loader() -> Any:
+    return botocore.session.get_session().get_component("data_loader")
 
 
 def _session_with_the_shared_loader() -> botocore.session.Session:
@@ -190,10 +191,7 @@ def _session_with_the_shared_loader() -> botocore.session.Session:
     read and parse the same service, endpoint and ruleset files from disk again for its client: ~0.2 s of CPU
     a client, six clients per cold start and per `configure`. They share one loader (read-only once loaded)."""
     session = botocore.session.get_session()
-    with _LOADER_LOCK:
-        if not _LOADER:
-            _LOADER.append(session.get_component("data_loader"))
-    session.register_component("data_loader", _LOADER[0])
+    session.register_component("data_loader", _shared_loader())
     return session
 
 

@@ -18,6 +18,7 @@ from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
 from scripts.local.emulator import EmulatorThread
 from scripts.local.pump import StreamPump, Target
+from tests.support.wait import eventually
 
 NESTED: dict[str, Any] = {"M": {"rows": {"L": [{"M": {"id": {"S": "q1"}, "tags": {"SS": ["a", "b"]},
                                                       "n": {"N": "1.5"}, "ok": {"BOOL": True}}},
@@ -313,10 +314,13 @@ def test_bus_to_queue__input_paths_parsed_once__message_as_moto_builds_it(emulat
     for n in range(2):
         events.put_events(Entries=[{"EventBusName": name, "Source": "clarify", "DetailType": "clarify.event",
                                     "Detail": f'{{"type": "t{n}", "n": {n}}}'}])
-    bodies = []
-    while len(bodies) < 4:
+    bodies: list[dict[str, Any]] = []
+
+    def four_received() -> bool:
         got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
-        bodies += [json.loads(m["Body"]) for m in got]
+        bodies.extend(json.loads(m["Body"]) for m in got)
+        return len(bodies) >= 4
+    eventually(four_received, "the four queue messages")
     plain = sorted((b for b in bodies if "detail" in b), key=lambda b: b["detail"]["n"])
     assert [(b["source"], b["detail-type"], b["detail"]) for b in plain] == [
         ("clarify", "clarify.event", {"type": "t0", "n": 0}), ("clarify", "clarify.event", {"type": "t1", "n": 1})]

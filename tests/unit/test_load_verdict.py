@@ -51,8 +51,7 @@ def test_answer_fate__confirm_landed__agent_killed_before_logging_it__delivered_
     w.agent.script("reject")
     assert watchdog.fire(w.deps, w.store.get_session(session_id))
     session = w.store.get_session(session_id)
-    assert session is not None and session.watchdog is None
-    assert a.bundle_id is not None and session is not None
+    assert session is not None and session.watchdog is None and a.bundle_id is not None
     delivery = session.bundle(a.bundle_id).delivery
     assert delivery is not None and delivery.confirmed_at
     op = AnswerOp(a.marker, "answer", session_id, a.bundle_id)
