@@ -32,8 +32,7 @@ from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 from moto.dynamodb.responses import DynamoHandler
 from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-from waitress.server import BaseWSGIServer, create_server
-from waitress.wasyncore import close_all
+from werkzeug.serving import BaseWSGIServer, make_server
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -546,31 +545,26 @@ class Serialised:
 
 
 def make_emulator(host: str = "127.0.0.1", port: int = 4566) -> BaseWSGIServer:
-    """The emulator's HTTP server: waitress, which keeps connections open between requests (werkzeug's server, moto's
-    own, closes each one: a new TCP connection and thread per request, ~30% more CPU per call, measured). Idle
-    connections cost no thread and are never timed out; requests still run one at a time (Serialised)."""
-    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # requests queue behind the lock by design
-    return create_server(Serialised(Dispatcher()), host=host, port=port, threads=8, connection_limit=10_000,
-                         channel_timeout=86_400, ident="moto")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    app = Serialised(Dispatcher())
+    return make_server(host, port, app, threaded=True)
 
 
 class EmulatorThread:
-    """The emulator's server and the thread that serves it (tests, benchmarks, `make run`)."""
+    """The emulator in a background thread (tests, benchmarks)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.server = make_emulator(host, port)
-        self.url = f"http://{host}:{self.server.effective_port}"
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = f"http://{host}:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def start(self) -> EmulatorThread:
         self.thread.start()
         return self
 
     def stop(self) -> None:
-        """Closes the listening socket and every connection in the serving thread, then ends the workers."""
-        self.server.trigger.pull_trigger(lambda: close_all(self.server._map))
-        self.thread.join(10)
-        self.server.task_dispatcher.shutdown()
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def main() -> None:
@@ -578,15 +572,13 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=4566)
     args = parser.parse_args()
-    emulator = EmulatorThread(args.host, args.port).start()
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    print(f"emulator on {emulator.url}", flush=True)
+    server = make_emulator(args.host, args.port)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    print(f"emulator on http://{args.host}:{args.port}", flush=True)
     try:
-        stopped.wait()
+        server.serve_forever()
     except KeyboardInterrupt:
         pass
-    emulator.stop()
 
 
 if __name__ == "__main__":

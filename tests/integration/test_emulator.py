@@ -326,34 +326,3 @@ def test_bus_to_queue__input_paths_parsed_once__message_as_moto_builds_it(emulat
         ("clarify", "clarify.event", {"type": "t0", "n": 0}), ("clarify", "clarify.event", {"type": "t1", "n": 1})]
     assert sorted(b["kind"] for b in bodies if "kind" in b) == ["t0", "t1"]
     assert jsonpath_ng.ext.parse("$.detail") is jsonpath_ng.ext.parse("$.detail")  # parsed once, then reused
-
-
-def test_connections__kept_open_between_requests__all_closed_on_stop() -> None:
-    """A client's next request reuses its connection (werkzeug's server closed each one: a TCP connection and a
-    thread per request); stop() closes the listening socket and every kept connection."""
-    import http.client
-    import socket
-
-    emu = EmulatorThread().start()
-    port = int(emu.url.rsplit(":", 1)[1])
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    headers = {"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0",
-               "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request"}
-    try:
-        sockets = []
-        for _ in range(3):
-            conn.request("POST", "/", body="{}", headers=headers)
-            response = conn.getresponse()
-            assert response.status == 200 and "TableNames" in json.loads(response.read())
-            assert not response.will_close, dict(response.getheaders())
-            sockets.append(conn.sock)
-        assert sockets[0] is not None and sockets[0] is sockets[1] is sockets[2]  # one connection for all three
-    finally:
-        emu.stop()
-    assert not emu.thread.is_alive()
-    kept = sockets[0]
-    kept.settimeout(10)
-    assert kept.recv(1) == b""  # the server closed the kept connection
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=10).close()
-    conn.close()
