@@ -86,12 +86,17 @@ def _claim(claims: Mapping[str, Any], name: str) -> str:
     return value
 
 
+MAX_TIME = 2**53 - 1  # a time claim beyond JSON's exact integers is no real time (2**1030 overflowed float())
+
+
 def _number(claims: Mapping[str, Any], name: str) -> float | None:
     value = claims.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Unauthorized(f"token claim {name} must be a number")  # PyJWT would accept "1700000000"
+    if not -MAX_TIME <= value <= MAX_TIME:  # compared as given: int and float compare exactly, NaN fails
+        raise Unauthorized(f"token claim {name} is out of range")
     return float(value)
 
 

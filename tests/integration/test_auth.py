@@ -135,6 +135,7 @@ def unauthenticated() -> dict[str, str | None]:
         "unknown role": _jwt(_claims(role="admin")),
         "missing exp": _jwt(_claims(exp=DROP)),
         "exp a numeric string": _jwt(_claims(exp=str(int(now) + 3600))),
+        "exp 2**1030": _jwt(_claims(exp=2**1030)),
         "lifetime over the maximum": _jwt(_claims(exp=int(now) + 40 * 86_400)),
         "exp too far ahead (no iat)": _jwt(_claims(iat=DROP, exp=int(now) + 40 * 86_400)),
         "agent without session": _jwt(_claims(role="agent")),
@@ -170,7 +171,7 @@ def test_route_table__authorization_matrix__401_or_404_and_nothing_changes(stack
                                                                            world: World) -> None:
     cells = matrix(stack, world)
     kinds = {kind for (kind, _, _), _, _ in cells}
-    assert len(kinds) == 30 and all(kind for kind in kinds)
+    assert len(kinds) == 31 and all(kind for kind in kinds)
     before = snapshot()
     wrong = []
     for (kind, route, expected), headers, ids in cells:

@@ -63,6 +63,10 @@ def test_verify__without_the_bearer_scheme__unauthorized(header: str) -> None:
     ("exp a numeric string", {"exp": str(NOW + 600)}),
     ("iat a string", {"iat": str(NOW)}),
     ("exp a boolean", {"exp": True}),
+    ("exp 2**1030 (overflowed float())", {"exp": 2**1030}),
+    ("iat 2**1030", {"iat": 2**1030}),
+    ("iat -2**1030", {"iat": -2**1030}),
+    ("exp just past 2**53", {"exp": 2**53}),
 ])
 def test_verify__malformed_claims__unauthorized(what: str, changes: dict[str, Any]) -> None:
     with pytest.raises(Unauthorized):
