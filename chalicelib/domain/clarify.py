@@ -44,6 +44,17 @@ def derived_state(session: Session, bundle: Bundle, now: str) -> str:
     return "superseded"
 
 
+# States of a question the agent no longer waits for: it moved on (a newer turn), the session ended, or the
+# agent withdrew it. An unanswered one may be answered as an ordinary new message.
+LATE_STATES = frozenset({"superseded", "expired", "cancelled"})
+
+
+def late_answer_allowed(session: Session, bundle: Bundle, now: str) -> bool:
+    """THE definition of "may be answered late": the transcript offers it, respond's 409 says it, and a
+    message's `in_reply_to` is admitted by it."""
+    return derived_state(session, bundle, now) in LATE_STATES and all(r.response is None for r in bundle.rows)
+
+
 def is_detached(bundle: Bundle, now: str) -> bool:
     """Detached: a pending row carries agent_disconnected, or the waiter let its lease lapse by `now`."""
     if any(r.agent_disconnected for r in bundle.rows if row_pending(r)):
@@ -92,5 +103,6 @@ def current_turn_detachable(session: Session) -> dict[str, list[str]]:
     return _per_bundle(session, detachable_rows)
 
 
-__all__ = ["PENDING", "clarification_id", "session_of", "derived_state", "detachable_rows", "pending_rows",
+__all__ = ["PENDING", "LATE_STATES", "clarification_id", "session_of", "derived_state", "late_answer_allowed",
+           "detachable_rows", "pending_rows",
            "current_turn_pending", "current_turn_detachable", "is_detached", "dismissal_key"]

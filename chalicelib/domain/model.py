@@ -153,6 +153,17 @@ class StartEvent:
 
 
 @dataclass(frozen=True)
+class DeferredReady:
+    """A predecessor's `ready` that outlasted its bounded wait on an unresolved reservation. Kept until the
+    reservation resolves: then it completes its turn if its generation still owns the session, else it is
+    dropped (it can never complete the reserved successor)."""
+
+    generation: int
+    turn_id: str
+    at: str
+
+
+@dataclass(frozen=True)
 class Watchdog:
     """Armed by a confirmed live delivery: if the agent shows no activity, the answer is re-prompted."""
 
@@ -193,6 +204,7 @@ class Session:
     reservation: Reservation | None = None
     start_event: StartEvent | None = None
     watchdog: Watchdog | None = None
+    deferred_ready: DeferredReady | None = None
     recon_due: str | None = None
     queue: tuple[Prompt, ...] = ()  # messages admitted while the agent was mid-turn, in order
     quarantine: Quarantine | None = None

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import clarify
 from .model import Bundle, Event, Message, Session, Task, TurnRecord
-from .rules import bundle_is_active, input_capable, pending_action, row_status
+from .rules import bundle_is_active, input_capable, pending_action, published_turn, row_status
 
 # Private prompt-dispatch and recovery fields: never in a public event. ("prompt" is not among them: a
 # question's prompt text is public; the aggregate's prompt slot never reaches a payload, views build them.)
@@ -45,7 +45,7 @@ def task_view(task: Task, last_activity_at: str | None = None) -> dict[str, Any]
 
 
 def session_view(session: Session) -> dict[str, Any]:
-    turn = session.current_turn
+    turn = published_turn(session)  # a reserved successor stays hidden until the agent acknowledged it
     return {
         "id": session.id, "task_id": session.task_id, "state": session.state.value,
         "is_primary": session.is_primary, "input_capable": input_capable(session.state),
@@ -89,7 +89,6 @@ def clarification_view(session: Session, bundle: Bundle, *, now: str,
     """
     state = clarify.derived_state(session, bundle, now)
     rows = clarify.visible_rows(bundle)
-    unanswered = all(r.response is None for r in bundle.rows)
     dismissed = viewer_key is not None and viewer_key in bundle.dismissed_by
     return {
         "id": bundle.message_id, "type": "clarification", "clarification_id": bundle.id,
@@ -97,7 +96,7 @@ def clarification_view(session: Session, bundle: Bundle, *, now: str,
         "context": bundle.context, "state": state, "agent_disconnected": clarify.is_detached(bundle, now),
         "answerable": bundle_is_active(session, bundle) and state != "delivery_claimed",
         # A question the agent no longer waits for can still be answered as an ordinary new message.
-        "late_answer_allowed": (state in ("superseded", "expired") and unanswered and not dismissed
+        "late_answer_allowed": (clarify.late_answer_allowed(session, bundle, now) and not dismissed
                                 and bundle.late_message_id is None),
         "late_answer_message_id": bundle.late_message_id, "dismissed": dismissed,
         "questions": [{
@@ -117,5 +116,5 @@ def transcript_view(session: Session, messages: list[Message], *, now: str,
         bundle = session.bundle(m.clarification_id) if m.clarification_id else None
         out.append(clarification_view(session, bundle, now=now, viewer_key=viewer_key) if bundle is not None
                    else message_view(m))
-    turn = session.current_turn
+    turn = published_turn(session)
     return {"current_turn_id": turn.id if turn else None, "messages": out}

@@ -24,6 +24,7 @@ from ..services import watchdog
 from ..services.clarifications import pause_for_input
 from ..services.deps import Deps
 from ..services.dispatch import dispatch_prompt, retire_ambiguous
+from ..services.lifecycle import settle_deferred_ready
 from ..services.messages import drain, drainable
 from ..services.readiness import mark_ready
 from ..services.resume import recover, replay_start_event, rollback
@@ -52,6 +53,7 @@ class Report:
     prompts_ambiguous: int = 0
     waiters_detached: int = 0
     watchdogs_fired: int = 0
+    ready_settled: int = 0  # delayed ready frames applied or dropped once their reservation resolved
     queue_drained: int = 0
     quarantined: list[str] = field(default_factory=list)  # set apart by this run: it could not repair them
     errors: list[str] = field(default_factory=list)
@@ -102,8 +104,11 @@ def _session(deps: Deps, session_id: str, report: Report, *, now: str, everythin
     if session is None:
         return
     session = _reservation(deps, session, report, now, everything)
+    if session.deferred_ready is not None and session.reservation is None:
+        session = settle_deferred_ready(deps, session)
+        report.ready_settled += 1
     session = _start_event(deps, session, report)
-    session = _intents(deps, session, report, now, everything)
+    session = _intents(deps, session, report, now)
     session = _prompt(deps, session, report, now, everything)
     session = _leases(deps, session, report, now)
     if session.queue:
@@ -153,10 +158,12 @@ def _start_event(deps: Deps, s: Session, report: Report) -> Session:
     return deps.store.get_session(s.id) or s
 
 
-def _intents(deps: Deps, s: Session, report: Report, now: str, everything: bool) -> Session:
+def _intents(deps: Deps, s: Session, report: Report, now: str) -> Session:
+    """Claims whose owner deadline passed, whichever the trigger: a deploy's reconciler may run while traffic
+    flows, and a live claim within its deadline still has a responder waiting for the agent's confirmation."""
     for bundle in s.bundles:
         d = bundle.delivery
-        if d is None or not d.pending or not _due(d.deadline, now, everything):
+        if d is None or not d.pending or not _due(d.deadline, now, everything=False):
             continue
         if s.reservation is not None and s.reservation.bundle_id == bundle.id:
             continue  # owned by an unresolved reservation
@@ -219,6 +226,8 @@ def next_due(s: Session, now: str) -> str | None:
     if s.reservation is not None:
         candidates.append(s.reservation.deadline)
     if s.start_event is not None:  # nobody else publishes it: due at once
+        candidates.append(now)
+    if s.deferred_ready is not None and s.reservation is None:  # its reservation resolved: settle it now
         candidates.append(now)
     for b in s.bundles:
         if b.delivery is not None and b.delivery.pending:

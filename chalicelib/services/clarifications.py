@@ -156,4 +156,5 @@ def inactive(session: Session, bundle: Bundle, now: str) -> ClarificationInactiv
     reason = bundle.delivery.outcome if state == "delivery_claimed" and bundle.delivery else state
     if session.terminal and reason not in ("answered", "rejected"):
         reason = "session_terminal" if state != "expired" else "expired"
-    return ClarificationInactive("the clarification is no longer active", reason=reason)
+    return ClarificationInactive("the clarification is no longer active", reason=reason,
+                                 late_answer_allowed=clarify.late_answer_allowed(session, bundle, now))

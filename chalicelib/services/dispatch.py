@@ -24,6 +24,8 @@ def dispatch_prompt(deps: Deps, session: Session, prompt: Prompt) -> Session:
         session = store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.PENDING,
                                      to=Dispatch.ATTEMPTED, at=deps.now(), deadline=deps.deadline())
     except ConditionFailed as exc:
+        if exc.session is not None and exc.session.terminal:  # nothing was sent, nothing ever will be
+            raise DispatchFailed("the session ended before the prompt reached the agent") from exc
         # Someone else (a retry, the reconciler) owns this prompt now: never dispatch twice.
         raise DispatchAmbiguous("the prompt is already being dispatched") from exc
     request = PromptRequest(session_id=session.id, execution_id=session.execution_id,
@@ -36,8 +38,15 @@ def dispatch_prompt(deps: Deps, session: Session, prompt: Prompt) -> Session:
         obs.count(obs.AMBIGUOUS_DISPATCHES, path="prompt")
         raise DispatchAmbiguous("the agent may have received the prompt; it will not be sent again") from exc
     if outcome is PromptOutcome.ACCEPTED:
-        return store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.ATTEMPTED, to=Dispatch.ACCEPTED,
-                                  at=deps.now(), deadline=None)
+        try:
+            return store.set_dispatch(session.id, prompt.message_id, expect=Dispatch.ATTEMPTED,
+                                      to=Dispatch.ACCEPTED, at=deps.now(), deadline=None)
+        except ConditionFailed as exc:  # the agent's own output proved it first (frames._evidence)
+            current = exc.session or store.get_session(session.id)
+            if current is not None and current.prompt is not None and \
+                    current.prompt.message_id == prompt.message_id and current.prompt.dispatch == Dispatch.ACCEPTED:
+                return current
+            raise
     settle(deps, session.id, prompt, Dispatch.REJECTED)
     raise DispatchFailed("the agent did not accept the prompt; the session is idle again")
 

@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from ..auth.tokens import Caller
 from ..domain.commands import Frame
 from ..domain.errors import ConditionFailed, SessionUnavailable
-from ..domain.model import TERMINAL_STATES, TURN_START_STATES, Message, Session, State, Turn
+from ..domain.model import (
+    TERMINAL_STATES,
+    TURN_START_STATES,
+    DeferredReady,
+    Dispatch,
+    Message,
+    Session,
+    State,
+    Turn,
+)
 from ..domain.rules import allowed_sources
 from . import watchdog
 from .access import session_for_agent
@@ -70,18 +79,42 @@ def _stale(session: Session, frame: Frame) -> bool:
 
 
 def _output(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
+    session = _evidence(deps, session, frame)
     turn = session.current_turn
     if turn is None or not turn.open:
-        if frame.turn_id is not None:
+        if frame.turn_id is not None and not _of_latest_prompt(session, frame):
             return session, False  # output for a turn that is over
-        session, turn = _start_agent_turn(deps, session)  # agent activity with no open turn starts one
+        if frame.turn_id is None:
+            session, turn = _start_agent_turn(deps, session)  # agent activity with no open turn starts one
+        # else: the latest prompt's turn was closed as ambiguous, yet the agent has it: its output is kept
     elif _stale(session, frame):
         return session, False
+    assert turn is not None  # _of_latest_prompt needs one
     message = Message(id=deps.new_id(), session_id=session.id, workspace_id=session.workspace_id,
                       task_id=session.task_id, turn_id=turn.id, turn_seq=turn.seq, author_type="agent",
                       type=frame.type, content=frame.content, created_at=deps.now())
     deps.store.put_message(message)
     return session, True
+
+
+def _evidence(deps: Deps, session: Session, frame: Frame) -> Session:
+    """Output carrying the generation of a prompt whose dispatch is ambiguous proves the agent has it: the
+    prompt is accepted, so the reconciler never closes its turn as undelivered."""
+    p = session.prompt
+    if p is None or p.dispatch != Dispatch.ATTEMPTED or frame.prompt_generation != p.generation:
+        return session
+    try:
+        return deps.store.set_dispatch(session.id, p.message_id, expect=Dispatch.ATTEMPTED, to=Dispatch.ACCEPTED,
+                                       at=deps.now(), deadline=None)
+    except ConditionFailed as exc:
+        return exc.session or session
+
+
+def _of_latest_prompt(session: Session, frame: Frame) -> bool:
+    """The frame belongs to the session's latest prompt and its turn, and nothing newer has started."""
+    p, turn = session.prompt, session.current_turn
+    return (p is not None and turn is not None and frame.prompt_generation == p.generation == session.generation
+            and frame.turn_id == turn.id == p.turn_id)
 
 
 def _start_agent_turn(deps: Deps, session: Session) -> tuple[Session, Turn]:
@@ -103,14 +136,27 @@ def _start_agent_turn(deps: Deps, session: Session) -> tuple[Session, Turn]:
 
 def _after_reservation(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:
     """A delayed completion overlapping a reservation waits for it to resolve, then revalidates its prompt
-    generation: it can never complete the reserved successor. A generationless frame is dropped."""
+    generation: it can never complete the reserved successor. A generationless frame is dropped. One that
+    outlasts the bounded wait (the reservation's owner died) is kept on the aggregate and settled when the
+    reservation resolves (lifecycle.settle_deferred_ready), so its predecessor is never stranded."""
     def resolved() -> Session | None:
         current = deps.store.get_session(session.id) or session
         return current if current.reservation is None else None
     settled = poll(deps, resolved, deps.settings.reservation_wait)
-    if settled is None or frame.prompt_generation is None:
+    if frame.prompt_generation is None:
         return session, False
-    return _complete(deps, settled, frame)
+    if settled is not None:
+        return _complete(deps, settled, frame)
+    current = deps.store.get_session(session.id) or session
+    r = current.reservation
+    if r is None:
+        return _complete(deps, current, frame)
+    ready = DeferredReady(frame.prompt_generation, frame.turn_id or r.predecessor.id, deps.now())
+    try:
+        return deps.store.defer_ready(session.id, r.turn_id, ready), True
+    except ConditionFailed as exc:  # resolved just now: decide on what it left
+        fresh = exc.session or deps.store.get_session(session.id) or current
+        return _complete(deps, fresh, frame) if fresh.reservation is None else (fresh, False)
 
 
 def _complete(deps: Deps, session: Session, frame: Frame) -> tuple[Session, bool]:

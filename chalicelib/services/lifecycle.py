@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..domain import clarify
-from ..domain.errors import SessionUnavailable
+from ..domain.errors import ConditionFailed, SessionUnavailable
 from ..domain.model import TERMINAL_STATES, Session, State
 from ..domain.rules import active_bundles, allowed_sources
 from .deps import Deps
@@ -45,3 +45,19 @@ def complete_turn(deps: Deps, session: Session, turn_id: str) -> Session | None:
         return deps.store.complete_turn(s.id, turn.id, from_state=s.state, to_state=target, at=deps.now())
     completed = with_session(deps, session, attempt)
     return drain(deps, completed) if completed is not None else None
+
+
+def settle_deferred_ready(deps: Deps, session: Session) -> Session:
+    """Once no reservation overlaps a deferred ready: a generation that still owns the session completes its
+    turn normally (the predecessor and its queue are not stranded); any other is dropped. The marker goes
+    last, so a crash in between only repeats a completion that is then a no-op."""
+    ready = session.deferred_ready
+    if ready is None or session.reservation is not None:
+        return session
+    turn = session.current_turn
+    if session.generation == ready.generation and turn is not None and turn.id == ready.turn_id and turn.open:
+        session = complete_turn(deps, session, ready.turn_id) or session
+    try:
+        return deps.store.clear_deferred_ready(session.id, ready.generation, deps.now())
+    except ConditionFailed as exc:
+        return exc.session or session

@@ -23,6 +23,7 @@ from ..domain.errors import (
     ClarificationActive,
     ClarificationInactive,
     ConditionFailed,
+    Contended,
     DispatchAmbiguous,
     DispatchFailed,
     DomainError,
@@ -43,6 +44,7 @@ from .budget import ensure_room
 from .deps import Deps
 from .dispatch import dispatch_prompt
 from .history import delivery_note
+from .polling import poll
 from .retry import fresh_session, on_conflict
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ def send_message(deps: Deps, caller: Caller, session_id: str, command: SendMessa
     key = f"message:{session.id}:{command.client_message_id}"
     remembered = deps.store.get_remembered(key)
     if remembered is not None:
-        return _replay(remembered, fingerprint, session)
+        return _replay(deps, key, remembered, fingerprint, session)
     try:
         return admit_message(deps, caller, session, client_message_id=command.client_message_id,
                              content=command.content, delivery=command.delivery, late=late,
@@ -76,7 +78,7 @@ def send_message(deps: Deps, caller: Caller, session_id: str, command: SendMessa
     except AlreadyRemembered:  # a concurrent retry of the same message won the admission
         remembered = deps.store.get_remembered(key)
         assert remembered is not None
-        return _replay(remembered, fingerprint, deps.store.get_session(session.id) or session)
+        return _replay(deps, key, remembered, fingerprint, deps.store.get_session(session.id) or session)
 
 
 def _late(deps: Deps, session: Session, reply: ReplyTo) -> LateAnswer:
@@ -86,18 +88,54 @@ def _late(deps: Deps, session: Session, reply: ReplyTo) -> LateAnswer:
     session, bundle = found
     if bundle_is_active(session, bundle):
         raise ClarificationActive("the question is still active: answer it through respond")
-    state = clarify.derived_state(session, bundle, deps.now())
-    if state not in ("superseded", "expired"):
-        raise ClarificationInactive("only a superseded or expired question can be answered late",
-                                    reason=state)
+    if not clarify.late_answer_allowed(session, bundle, deps.now()):
+        raise ClarificationInactive("only an unanswered question the agent no longer waits for (superseded, "
+                                    "expired or withdrawn) can be answered late",
+                                    reason=clarify.derived_state(session, bundle, deps.now()))
     return late_answer(bundle, reply.answers)
 
 
-def _replay(remembered: Remembered, fingerprint: str, session: Session) -> Admission:
-    """The original outcome. The aggregate outranks the record: a crash may have kept the record from
-    learning that the agent refused this very prompt."""
+def _replay(deps: Deps, key: str, remembered: Remembered, fingerprint: str, session: Session) -> Admission:
+    """Every retry of one client_message_id is told the one outcome the original was told. While the original
+    request is still dispatching the message that outcome is not known yet (the record says what was
+    admitted, not whether the agent took it), so a retry waits, bounded, for it to settle; still unsettled,
+    it is a retryable conflict, never a guess."""
     if remembered.fingerprint != fingerprint:
         raise IdempotencyMismatch("this client_message_id was used with a different message")
+    first = [(remembered, session)]
+
+    def settled() -> tuple[Remembered, Session] | None:
+        r, s = first.pop() if first else (deps.store.get_remembered(key) or remembered,
+                                          deps.store.get_session(session.id) or session)
+        return None if _in_flight(r, s) else (r, s)
+    found = poll(deps, settled, deps.settings.confirm_wait)
+    if found is not None:
+        return _told(*found)
+    current = deps.store.get_session(session.id) or session
+    own = _own_prompt(remembered, current)
+    if own is not None and own.dispatch == Dispatch.REJECTED:  # its request died before recording why
+        return _told(deps.store.get_remembered(key) or remembered, current)
+    raise Contended("the original request is still sending this message; retry")
+
+
+def _own_prompt(remembered: Remembered, session: Session) -> Prompt | None:
+    p = session.prompt
+    return p if p is not None and p.message_id == remembered.response.get("message_id") else None
+
+
+def _in_flight(remembered: Remembered, session: Session) -> bool:
+    """The original request has not told its outcome yet: its prompt is still being dispatched (pending,
+    or attempted within its owner deadline), or it was refused and the request is recording why."""
+    p = _own_prompt(remembered, session)
+    if p is None or isinstance(remembered.response.get("error"), Mapping):
+        return False
+    return p.dispatch in (Dispatch.PENDING, Dispatch.REJECTED) or (p.dispatch == Dispatch.ATTEMPTED
+                                                                   and p.deadline is not None)
+
+
+def _told(remembered: Remembered, session: Session) -> Admission:
+    """The original outcome of a settled admission. The aggregate outranks the record: a crash may have kept
+    the record from learning that the agent refused this very prompt."""
     r = remembered.response
     error = r.get("error")
     if isinstance(error, Mapping):  # the admission ended with this error after the message was stored

@@ -134,8 +134,12 @@ def _deliver_live(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome
         """Decide on the freshest aggregate; a lost conditional write decides again."""
         b = current.bundle(bundle.id)
         d = b.delivery if b else None
-        if b is None or d is None or d.delivery_id != delivery.delivery_id:
-            raise NotFound("clarification not found")
+        if b is None:
+            raise NotFound("clarification not found")  # deleted meanwhile: it no longer exists
+        if d is None or d.delivery_id != delivery.delivery_id:
+            # The claim was handed back (restored past its owner deadline) or replaced: the question exists,
+            # so the answer was not taken and the same request may be made again.
+            raise Contended("the answer was handed back before the agent took it; send it again")
         if not d.pending:  # the waiter's confirmation won the race (it owns its write to completion)
             return _result(bundle.id, d)
         if outcome.status == "rejected":

@@ -29,6 +29,7 @@ from ..domain.respond import Outcome, summary_text
 from ..domain.rules import moved_on
 from .deps import Deps
 from .events import emit_for, turn_completed, turn_started
+from .lifecycle import settle_deferred_ready
 from .projection import refresh_task_summary
 from .publication import publish_now
 from .results import Responded
@@ -127,6 +128,7 @@ def _handed_back(deps: Deps, session_id: str, reservation: Reservation, bundle_i
     if undone.session is not None:
         rows = list(reservation.row_ids)
         summary_error = publish_restored(deps, undone.session, bundle_id, rows)
+        settle_deferred_ready(deps, undone.session)  # a predecessor's ready that waited on the reservation
         extra = {"summary_error": summary_error} if summary_error else {}
         if undone.retired:
             ended = undone.session.terminal

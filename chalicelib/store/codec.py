@@ -8,6 +8,7 @@ from typing import Any
 
 from ..domain.model import (
     Bundle,
+    DeferredReady,
     Delivery,
     Dispatch,
     Message,
@@ -179,6 +180,16 @@ def start_event_from_item(item: Mapping[str, Any] | None) -> StartEvent | None:
     return StartEvent(turn_id=item["turn_id"], seq=int(item.get("seq", 0)), started_at=item.get("started_at", ""))
 
 
+def deferred_ready_to_item(d: DeferredReady) -> dict[str, Any]:
+    return {"generation": d.generation, "turn_id": d.turn_id, "at": d.at}
+
+
+def deferred_ready_from_item(item: Mapping[str, Any] | None) -> DeferredReady | None:
+    if not item or not item.get("turn_id"):
+        return None
+    return DeferredReady(generation=int(item.get("generation", 0)), turn_id=item["turn_id"], at=item.get("at", ""))
+
+
 def watchdog_to_item(w: Watchdog) -> dict[str, Any]:
     return {"clarification_id": w.clarification_id, "turn_id": w.turn_id, "execution_id": w.execution_id,
             "prompt_generation": w.prompt_generation, "due": w.due, "text": w.text}
@@ -244,6 +255,7 @@ def _session_from_item(item: Mapping[str, Any]) -> Session:
         reservation=reservation_from_item(item.get("reservation")),
         start_event=start_event_from_item(item.get("start_event")),
         watchdog=watchdog_from_item(item.get("watchdog")),
+        deferred_ready=deferred_ready_from_item(item.get("deferred_ready")),
         recon_due=item.get("recon_due") or None,
         queue=tuple(p for p in (prompt_from_item(q) for q in item.get("queue") or []) if p is not None),
         quarantine=quarantine_from_item(item.get("quarantine")),
@@ -269,6 +281,8 @@ def session_to_item(s: Session) -> dict[str, Any]:
         item["start_event"] = start_event_to_item(s.start_event)
     if s.watchdog:
         item["watchdog"] = watchdog_to_item(s.watchdog)
+    if s.deferred_ready:
+        item["deferred_ready"] = deferred_ready_to_item(s.deferred_ready)
     item["queue"] = [prompt_to_item(p) for p in s.queue]
     if s.quarantine:
         item["quarantine"] = {"reason": s.quarantine.reason, "at": s.quarantine.at}

@@ -160,6 +160,11 @@ def reservation_unattempted() -> Clause:
     return Not(OneOf(("reservation", "attempted"), TRUTHY))
 
 
+def deferred_ready_is(generation: int) -> Clause:
+    """Only the deferred ready the caller settled is cleared (a newer one stays for its own settling)."""
+    return Equals(("deferred_ready", "generation"), generation)
+
+
 def start_event_is(turn_id: str) -> Clause:
     """Only the outbox marker the caller published is cleared."""
     return Equals(("start_event", "turn_id"), turn_id)

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from ..domain.model import (
     Bundle,
+    DeferredReady,
     Delivery,
     Dispatch,
     Event,
@@ -143,6 +144,8 @@ class Store(Protocol):
         ...
 
     def clear_start_event(self, session_id: str, turn_id: str, at: str) -> Session: ...
+    def defer_ready(self, session_id: str, reservation_turn_id: str, ready: DeferredReady) -> Session: ...
+    def clear_deferred_ready(self, session_id: str, generation: int, at: str) -> Session: ...
     def finish_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
                            result: str, dispatch: Dispatch, at: str) -> Session: ...
     def retire_claim(self, session_id: str, bundle_id: str, delivery_id: str, row_ids: Sequence[str], *,

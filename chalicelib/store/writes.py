@@ -13,6 +13,7 @@ from typing import Any
 from ..domain.errors import ConditionFailed
 from ..domain.model import (
     Bundle,
+    DeferredReady,
     Delivery,
     Dispatch,
     Prompt,
@@ -156,6 +157,8 @@ class ConditionalWrites(ABC):
     def set_dispatch(self, session_id: str, message_id: str, *, expect: Dispatch, to: Dispatch,
                      at: str, deadline: str | None, close_turn_id: str | None = None) -> Session:
         w = _Builder().require(c.prompt_in(message_id, expect.value)).put(("prompt", "dispatch"), to.value)
+        if expect == Dispatch.PENDING and to == Dispatch.ATTEMPTED:
+            w.require(c.not_terminal())  # Clarify's own check before a dispatch: an ended session takes none
         if deadline:
             w.put(("prompt", "deadline"), deadline)
         else:
@@ -355,6 +358,18 @@ class ConditionalWrites(ABC):
         """The bus accepted every event of the marker's turn: the marker goes."""
         return self._commit(session_id, _Builder().require(c.start_event_is(turn_id)).drop(("start_event",))
                             .done(at))
+
+    def defer_ready(self, session_id: str, reservation_turn_id: str, ready: DeferredReady) -> Session:
+        """A delayed ready waits on the aggregate while that very reservation is unresolved; due at once for
+        the reconciler as soon as the reservation is gone (see next_due)."""
+        w = _Builder().require(c.reservation_is(reservation_turn_id))
+        w.put(("deferred_ready",), codec.deferred_ready_to_item(ready))
+        return self._commit(session_id, w.done(ready.at))
+
+    def clear_deferred_ready(self, session_id: str, generation: int, at: str) -> Session:
+        """The deferred ready was applied or found stale: it goes (only the one the caller settled)."""
+        return self._commit(session_id, _Builder().require(c.deferred_ready_is(generation))
+                            .drop(("deferred_ready",)).done(at))
 
     # ------------------------------------------------------------ watchdog and reconciler bookkeeping
     def clear_watchdog(self, session_id: str, clarification_id: str, at: str) -> Session:

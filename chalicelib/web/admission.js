@@ -5,9 +5,6 @@
 // an unknown outcome, and a retry reuses the identity (Idempotency-Key / client_message_id) of the attempt
 // it repeats, so the server can deduplicate it.
 
-/** Reasons of a 409 clarification_inactive after which an affirmative answer continues as a new message. */
-export const LATE_REASONS = Object.freeze(["superseded", "expired", "cancelled", "session_terminal"]);
-
 export const Phase = Object.freeze({
   EDITING: "editing", // answers being chosen (also after a correctable error)
   RESPONDING: "responding", // POST /respond in flight
@@ -84,8 +81,8 @@ export function respondResult(surface, result, newId) {
       return { ...surface, phase: Phase.LOST, reason, winner: error.details?.response ?? null, error: null };
     }
     if (surface.rejected) return { ...surface, phase: Phase.CLOSED, reason, error: null };
-    if (LATE_REASONS.includes(reason)) {
-      // Recognised inactive result: keep the answers and continue as an ordinary message.
+    if (error.details?.late_answer_allowed === true) {
+      // The server's one definition says it may be answered late: keep the answers, continue as a message.
       return { ...surface, phase: Phase.LATE_READY, reason, error: null, clientMessageId: newId() };
     }
     return { ...surface, phase: Phase.RESPOND_FAILED, reason, retryable: false, error: error.message ?? "The question is no longer active." };

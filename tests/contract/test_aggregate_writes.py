@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chalicelib.domain.errors import ConditionFailed
-from chalicelib.domain.model import Bundle, Dispatch, Session, StartEvent, State, Turn
+from chalicelib.domain.model import Bundle, DeferredReady, Dispatch, Session, StartEvent, State, Turn
 from chalicelib.store import codec
 from chalicelib.store.writes import ConditionalWrites
 from tests.contract.builders import (
@@ -116,6 +116,14 @@ CASES = [
                                        deadline=None, close_turn_id="t1"),
          lambda s: s.state == State.IDLE and s.current_turn is not None and s.current_turn.completed_at == AT),
     Case("set_dispatch/not the expected state", running,
+         lambda st, s: st.set_dispatch(s.id, "m0", expect=Dispatch.PENDING, to=Dispatch.ATTEMPTED, at=AT,
+                                       deadline=LATER), None),
+    Case("set_dispatch/attempted", lambda sid: replace(running(sid), prompt=prompt("m0", "t1", 3)),
+         lambda st, s: st.set_dispatch(s.id, "m0", expect=Dispatch.PENDING, to=Dispatch.ATTEMPTED, at=AT,
+                                       deadline=LATER),
+         lambda s: s.prompt is not None and s.prompt.dispatch == Dispatch.ATTEMPTED and s.recon_due == LATER),
+    Case("set_dispatch/attempted, but the session ended",
+         lambda sid: replace(running(sid), prompt=prompt("m0", "t1", 3), state=State.CANCELLED),
          lambda st, s: st.set_dispatch(s.id, "m0", expect=Dispatch.PENDING, to=Dispatch.ATTEMPTED, at=AT,
                                        deadline=LATER), None),
     Case("set_dispatch/another prompt", running,
@@ -289,6 +297,16 @@ CASES = [
     Case("finish_reservation/gone", claimed,
          lambda st, s: st.finish_reservation(s.id, reservation(b1(s)), bundle_id=b1(s), delivery_id="d1",
                                              result="resumed", dispatch=Dispatch.ACCEPTED, at=AT), None),
+    Case("defer_ready", reserved,
+         lambda st, s: st.defer_ready(s.id, "t2", DeferredReady(3, "t1", AT)),
+         lambda s: s.deferred_ready == DeferredReady(3, "t1", AT) and s.reservation is not None),
+    Case("defer_ready/the reservation resolved", claimed,
+         lambda st, s: st.defer_ready(s.id, "t2", DeferredReady(3, "t1", AT)), None),
+    Case("clear_deferred_ready", lambda sid: replace(claimed(sid), deferred_ready=DeferredReady(3, "t1", AT)),
+         lambda st, s: st.clear_deferred_ready(s.id, 3, AT), lambda s: s.deferred_ready is None),
+    Case("clear_deferred_ready/a newer one",
+         lambda sid: replace(claimed(sid), deferred_ready=DeferredReady(5, "t1", AT)),
+         lambda st, s: st.clear_deferred_ready(s.id, 3, AT), None),
     # ------------------------------------------------------------------ watchdog and bookkeeping
     Case("clear_watchdog", lambda sid: session(sid, watchdog=watchdog(f"{sid}.b1")),
          lambda st, s: st.clear_watchdog(s.id, f"{s.id}.b1", AT), lambda s: s.watchdog is None),

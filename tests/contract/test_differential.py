@@ -11,7 +11,7 @@ from typing import Any
 
 from chalicelib.domain import clarify
 from chalicelib.domain.errors import DomainError
-from chalicelib.domain.model import Dispatch, Session, StartEvent, State, Turn
+from chalicelib.domain.model import DeferredReady, Dispatch, Session, StartEvent, State, Turn
 from chalicelib.domain.rules import archivable, moved_on
 from chalicelib.store.dynamo import DynamoStore
 from chalicelib.store.memory import MemoryStore
@@ -97,6 +97,11 @@ class Generator:
                                             bundle_id=s.reservation.bundle_id if s.reservation else "x",
                                             delivery_id=d.delivery_id if d else "d0", result="ambiguous", at=at)),
             lambda: ("clear_start_event", dict(turn_id=s.start_event.turn_id if s.start_event else "t0", at=at)),
+            lambda: ("defer_ready", dict(reservation_turn_id=(s.reservation.turn_id if s.reservation and not wrong
+                                                              else "t0"),
+                                         ready=DeferredReady(s.generation, turn.id if turn else "t0", at))),
+            lambda: ("clear_deferred_ready", dict(generation=(s.deferred_ready.generation if s.deferred_ready
+                                                              and not wrong else -1), at=at)),
             lambda: ("set_dispatch", dict(message_id=s.prompt.message_id if s.prompt else "m0",
                                           expect=(s.prompt.dispatch if s.prompt and r.random() < .7
                                                   else r.choice(list(Dispatch))),
@@ -135,6 +140,10 @@ class Generator:
             favoured |= {"mark_attempted", "finish_reservation", "restore_claim", "to_start_event"}
         if s.start_event is not None:
             favoured |= {"clear_start_event"}
+        if s.reservation is not None:
+            favoured |= {"defer_ready"}
+        if s.deferred_ready is not None:
+            favoured |= {"clear_deferred_ready"}
         if d is not None and d.confirmed_at is None and d.mode == "live":
             favoured |= {"fall_through", "confirm_delivery"}  # only a live claim is confirmed
         if s.watchdog is not None:

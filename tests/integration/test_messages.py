@@ -247,6 +247,44 @@ def test_send_message__queued_message_retried_5_times_concurrently__queued_once(
     assert [p["text"] for p in flow.prompts(sid)] == ["[hang] start", "[hang] queue me once"]
 
 
+def _told(resp: requests.Response) -> tuple[str, ...] | None:
+    """The outcome a reply tells (None: a retryable conflict, which tells nothing yet)."""
+    if resp.status_code in (200, 201):
+        body = resp.json()
+        return ("admitted", body["message_id"], body["admission"])
+    code = error(resp)["code"]
+    return None if code == "conflict" and error(resp)["retryable"] else ("refused", code)
+
+
+@pytest.mark.parametrize("round_no", range(3))
+def test_send_message__20_retries_racing_a_cancel__every_reply_tells_one_outcome(flow: Flow, round_no: int) -> None:
+    """A replay never contradicts the original: no device is told `sent` for a message the agent never got."""
+    sid = flow.idle_session()
+    gate = threading.Barrier(21)
+
+    def send() -> requests.Response:
+        gate.wait(timeout=10)
+        return flow.post(sid, "[hang] raced", cmid="race-1")
+
+    def cancel() -> requests.Response:
+        gate.wait(timeout=10)
+        return flow.user.post(f"/sessions/{sid}/cancel")
+    with ThreadPoolExecutor(max_workers=21) as pool:
+        sends = [pool.submit(send) for _ in range(20)]
+        cancelled = pool.submit(cancel)
+        replies = [f.result(timeout=120) for f in sends]
+    assert cancelled.result(timeout=120).status_code == 200
+    replies += [flow.post(sid, "[hang] raced", cmid="race-1") for _ in range(3)]  # later retries
+
+    told = {_told(r) for r in replies} - {None}
+    assert len(told) == 1, [(r.status_code, r.text[:200]) for r in replies]
+    took = [p for p in flow.prompts(sid) if p["text"] == "[hang] raced" and p.get("accepted", True)]
+    if next(iter(told))[0] == "admitted":
+        assert len(took) == 1  # told sent: the agent has it, once
+    else:
+        assert took == []  # told refused: the agent never took it
+
+
 # ====================================================================== late answers
 def test_late_answer__superseded_question__sent_with_its_context_and_the_question_stays_superseded(
         flow: Flow) -> None:
@@ -277,6 +315,27 @@ def test_late_answer__superseded_question__sent_with_its_context_and_the_questio
     assert flow.view(sid)["pending_action"] is None
     assert flow.user.post(f"/tasks/{task}/workflow/transition", {"to_step": "review"}).status_code == 200
     assert flow.respond(cid, answer()).status_code == 409  # the tool request stays closed
+
+
+def test_late_answer__question_the_agent_withdrew__offered_refused_by_respond_then_sent_as_a_message(
+        flow: Flow) -> None:
+    """Client and server share one definition of "may be answered late": the transcript offers it, respond's
+    409 says it, and the message route admits it (it used to refuse a withdrawn question's late answer)."""
+    sid, cid = flow.waiting()
+    assert flow.withdraw(cid).status_code == 200
+    flow.end_turn(sid)
+    assert flow.entry(cid)["state"] == "cancelled" and flow.entry(cid)["late_answer_allowed"] is True
+
+    refused = flow.respond(cid, answer())
+    assert refused.status_code == 409
+    assert error(refused)["details"] == {"reason": "cancelled", "late_answer_allowed": True}
+
+    resp = flow.post(sid, "[hang] here is my answer anyway", in_reply_to=late(cid))
+
+    assert resp.status_code == 201, resp.text
+    assert "Which database?" in flow.prompts(sid)[-1]["text"]
+    assert flow.entry(cid)["late_answer_message_id"] == resp.json()["message_id"]
+    assert {r["status"] for r in flow.entry(cid)["questions"]} == {"cancelled"}  # never reopened
 
 
 def test_late_answer__another_pending_question_in_the_session__left_untouched(flow: Flow) -> None:

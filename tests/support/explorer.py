@@ -218,6 +218,25 @@ def s_broken(w: World) -> Ctx:
     return ctx
 
 
+def s_dead_reservation(w: World) -> Ctx:
+    """The waiter gave up mid-turn (the turn is open); a resume died right after its claim and reservation:
+    the agent's ready for that turn has to wait for the reservation to resolve."""
+    ctx = s_live(w)
+    clarifications.detach(w.deps, agent_of(ctx["main"]), ctx["bundle"])
+    a = w.answer(ctx["bundle"], allow_retired=True)
+    w.crash_during("claim", "after", lambda d: w.respond_answer(a, d))
+    return ctx
+
+
+def s_deferred_ready(w: World) -> Ctx:
+    """... and that ready outlasted its bounded wait: it is kept on the aggregate until the reservation
+    resolves."""
+    ctx = s_dead_reservation(w)
+    op_ready(w, w.deps, ctx)
+    assert w.get(ctx["main"]).deferred_ready is not None, "the setup did not defer the ready"
+    return ctx
+
+
 def s_unpumped(w: World) -> Ctx:
     """A question asked mid-turn whose stream records (turn started, bundle added) are not processed yet."""
     ctx = s_live(w)
@@ -373,9 +392,13 @@ def op_turn_completed(w: World, deps: Deps, ctx: Ctx) -> None:
 
 
 def op_agent_output(w: World, deps: Deps, ctx: Ctx) -> None:
-    """Agent output with no turn open (it starts one), then the agent ends that turn."""
+    """Agent output with no turn open (it starts one), then the agent ends that turn. The agent speaks with
+    the identity of the last prompt it took: it cannot know a generation it was never given."""
     sid = ctx["main"]
-    w.frames(sid, w.frame(sid, "message", content="working on it"), w.frame(sid, "turn_completed"), deps=deps)
+    took = [c.request for c in w.agent.prompt_calls if c.request.session_id == sid and c.outcome == "accept"]
+    identity = {"prompt_generation": took[-1].prompt_generation if took else 0, "turn_id": None}
+    w.frames(sid, w.frame(sid, "message", content="working on it", **identity),
+             w.frame(sid, "turn_completed", **identity), deps=deps)
 
 
 def op_ready(w: World, deps: Deps, ctx: Ctx) -> None:
@@ -496,6 +519,8 @@ CATALOG = [
     Operation("reconciler retires a moved-on claim", s_broken_moved_on, op_reconcile),
     Operation("reconciler sets apart an unrepairable session", s_unrepairable, op_reconcile),
     Operation("reconciler scheduled", s_broken, op_reconcile_scheduled),
+    Operation("ready while a dead resume holds a reservation", s_dead_reservation, op_ready),
+    Operation("reconciler settles a deferred ready", s_deferred_ready, op_reconcile_scheduled),
 ]
 
 

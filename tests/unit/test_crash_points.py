@@ -483,10 +483,46 @@ def s_broken(w: World) -> Ctx:
     assert w.send_answer(i).admission == "queued"
     w.crash_during("complete_turn", "after", lambda dd: w.frames(i_session, w.frame(i_session, "turn_completed"),
                                                                   deps=dd))
-    w.clock.advance(30)  # past the lease of G and the watchdog of H
+    # K: a predecessor's ready waits (deferred) on the reservation of a responder that died after its claim.
+    k_session = w.new_session()
+    k_bundle = w.live_bundle(k_session)
+    w.detach(k_bundle)  # the waiter gave up; the agent's turn is still open
+    k = w.answer(k_bundle)
+    w.crash_during("claim", "after", lambda dd: w.respond_answer(k, dd))
+    assert w.frames(k_session, w.frame(k_session, "ready")).applied == 1 and w.get(k_session).deferred_ready
+    # Past every owner deadline (a deploy's reconciler leaves a live claim to its owner until then), the
+    # lease of G and the watchdog of H.
+    w.clock.advance(w.deps.settings.owner_window.total_seconds() + 1)
     # J: an aggregate no repair fits (its reservation names a bundle that is not there): set apart.
     ctx["unrepairable"] = w.unrepairable()
     return ctx
+
+
+# -- a predecessor's delayed ready overlapping a reservation whose responder died
+def s_ready_on_a_dead_reservation(w: World) -> Ctx:
+    ctx = _bg(w)
+    ctx["ready"] = w.new_session()
+    bundle_id = w.live_bundle(ctx["ready"])
+    w.detach(bundle_id)  # the waiter gave up; the agent's turn is still open
+    a = w.answer(bundle_id)
+    w.crash_during("claim", "after", lambda dd: w.respond_answer(a, dd))
+    ctx["predecessor"] = w.get(ctx["ready"]).current_turn.id  # type: ignore[union-attr]
+    return ctx
+
+
+def op_ready(w: World, deps: Deps, ctx: Ctx) -> None:
+    w.frames(ctx["ready"], w.frame(ctx["ready"], "ready"), deps=deps)
+    ctx["ready_answered"] = True  # the agent was told its ready was taken
+
+
+def check_ready_not_stranded(w: World, ctx: Ctx, stage: str) -> list[str]:
+    """A ready the agent was told was taken completes its turn once the reservation rolled back."""
+    s = w.get(ctx["ready"])
+    if not ctx.get("ready_answered") or s.reservation is not None:
+        return []
+    turn = s.current_turn
+    stranded = turn is not None and turn.id == ctx["predecessor"] and turn.open
+    return ["the predecessor's turn stayed open after its ready was taken"] if stranded else []
 
 
 def op_reconcile(w: World, deps: Deps, ctx: Ctx) -> None:
@@ -565,6 +601,8 @@ SCENARIOS: list[Scenario] = [
     Scenario("workflow transition guarded by the rule", _bg, op_workflow),
     Scenario("create a task and a session with a first prompt", s_create, op_create, check_create),
     Scenario("stream function (then redelivered)", s_stream, op_stream, pump_setup=False),
+    Scenario("a delayed ready on a reservation whose responder died", s_ready_on_a_dead_reservation, op_ready,
+             check_ready_not_stranded),
     Scenario("the reconciler itself (then run again)", s_broken, op_reconcile, check_unrepairable),
     Scenario("an operator repairs and releases a quarantined session", s_quarantined, op_repair_and_release,
              check_released),

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from chalicelib.domain.errors import DispatchFailed
 from chalicelib.domain.model import Delivery, Dispatch, Prompt, Reservation, Session
+from chalicelib.functions.reconciler import reconcile
 from chalicelib.services import frames
-from chalicelib.services.resume import rollback
+from chalicelib.services.resume import _handed_back, rollback
 from tests.support.world import HookedStore, World
 
 
@@ -110,12 +112,71 @@ def test_ready__generationless_frame_overlapping_a_reservation__dropped_even_aft
     assert after.current_turn is not None and after.current_turn.open  # ownership could not be proven
 
 
-def test_ready__reservation_unresolved_past_the_bounded_wait__dropped_without_a_write(w: World) -> None:
+def test_ready__responder_died_before_the_marker__reconciler_rolls_back__predecessor_completes_and_sends(
+        w: World) -> None:
+    """The issue's probe: the ready outlasts its bounded wait; the reservation is rolled back by the reconciler
+    once its owner deadline passed; the predecessor's turn completes and the user's next message is sent."""
     s, cid = _running_with_detached_question(w)
-    _reserve(w, s, cid, attempted=True)
-    writes = w.store.writes
+    reservation, _ = _reserve(w, s, cid, attempted=False)
 
     result = _ready(w, s)
 
-    assert result.applied == 0 and w.store.writes == writes
-    assert w.sleeper.slept >= w.deps.settings.reservation_wait
+    assert result.applied == 1 and w.sleeper.slept >= w.deps.settings.reservation_wait
+    kept = w.get(s.id)
+    assert kept.deferred_ready is not None and kept.current_turn.open  # type: ignore[union-attr]
+    w.clock.advance(w.deps.settings.owner_window.total_seconds() + 1)
+
+    report = reconcile(w.deps, before_traffic=False)
+
+    after = w.get(s.id)
+    assert (report.reservations_rolled_back, report.ready_settled) == (1, 1)
+    assert after.reservation is None and after.deferred_ready is None
+    assert after.current_turn is not None and after.current_turn.id == reservation.predecessor.id
+    assert after.current_turn.completed_at is not None and after.state.value == "WAITING_FOR_INPUT"
+    assert w.send(s.id, "next", "m-next").admission == "sent"
+
+
+def test_ready__deferred_then_the_successor_is_accepted__dropped_never_completes_the_successor(w: World) -> None:
+    s, cid = _running_with_detached_question(w)
+    reservation, _ = _reserve(w, s, cid, attempted=True)
+
+    assert _ready(w, s).applied == 1  # kept on the aggregate
+    w.store.finish_reservation(s.id, reservation, bundle_id=cid, delivery_id="d1", result="resumed",
+                               dispatch=Dispatch.ACCEPTED, at=w.deps.now())
+    w.clock.advance(w.deps.settings.owner_window.total_seconds() + 1)
+    report = reconcile(w.deps, before_traffic=False)
+
+    after = w.get(s.id)
+    assert report.ready_settled == 1 and after.deferred_ready is None
+    assert after.current_turn is not None and after.current_turn.id == "T2" and after.current_turn.open
+    assert after.generation == 2 and after.state.value == "RUNNING"
+
+
+def test_ready__rolled_back_by_a_process_that_died_before_settling__reconciler_completes_it(w: World) -> None:
+    s, cid = _running_with_detached_question(w)
+    reservation, delivery = _reserve(w, s, cid, attempted=False)
+    assert _ready(w, s).applied == 1
+    rollback(w.deps, s.id, reservation, cid, delivery)  # ... and the process died right after this write
+    assert w.get(s.id).current_turn.open  # type: ignore[union-attr]
+    assert s.id in w.memory.due_sessions(w.deps.now() + "~")  # due at once: nothing else will settle it
+
+    report = reconcile(w.deps, before_traffic=False)
+
+    after = w.get(s.id)
+    assert report.ready_settled == 1 and after.deferred_ready is None
+    assert after.current_turn is not None and after.current_turn.completed_at is not None
+
+
+def test_ready__responder_rolls_back_itself__settles_the_waiting_ready_at_once(w: World) -> None:
+    """The resume's own rollback (agentctl refused the answer) settles the deferred ready in the same request."""
+    s, cid = _running_with_detached_question(w)
+    reservation, delivery = _reserve(w, s, cid, attempted=True)
+    assert _ready(w, s).applied == 1
+
+    error = _handed_back(w.deps, s.id, reservation, cid, delivery, "refused")
+
+    after = w.get(s.id)
+    assert isinstance(error, DispatchFailed)
+    assert after.deferred_ready is None and after.generation == 1
+    assert after.current_turn is not None and after.current_turn.completed_at is not None
+    assert [r.status for r in w.bundle(cid).rows] == ["pending", "pending"]  # the answer is retryable

@@ -17,6 +17,7 @@ from chalicelib.domain import clarify
 from chalicelib.domain.errors import (
     ClarificationActive,
     ClarificationInactive,
+    Contended,
     DispatchAmbiguous,
     DispatchFailed,
     IdempotencyMismatch,
@@ -448,20 +449,20 @@ def test_respond__superseded_bundle__conflict_and_no_write_no_resume(w: World, b
 
     error = _unchanged(w, sid, lambda: w.respond(cid, body))
 
-    assert error.details == {"reason": "superseded"}
+    assert error.details == {"reason": "superseded", "late_answer_allowed": True}
 
 
 def test_respond__session_cancelled__conflict_expired(w: World) -> None:
     sid, cid = w.waiting()
     sessions.cancel_session(w.deps, USER, sid)
     w.agent.cancels.clear()
-    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "expired"}
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "expired", "late_answer_allowed": True}
 
 
 def test_respond__agent_withdrew_the_question__conflict_cancelled(w: World) -> None:
     sid, cid = w.waiting()
     clarifications.cancel(w.deps, agent_of(sid), cid)
-    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "cancelled"}
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "cancelled", "late_answer_allowed": True}
 
 
 def test_respond__agent_withdrew_then_the_session_ended__conflict_session_terminal(w: World) -> None:
@@ -469,7 +470,7 @@ def test_respond__agent_withdrew_then_the_session_ended__conflict_session_termin
     clarifications.cancel(w.deps, agent_of(sid), cid)
     sessions.cancel_session(w.deps, USER, sid)
     w.agent.cancels.clear()
-    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "session_terminal"}
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "session_terminal", "late_answer_allowed": True}
 
 
 def test_respond__already_answered__conflict_with_the_winners_answers(w: World) -> None:
@@ -490,7 +491,7 @@ def test_respond__already_rejected__conflict_with_the_rejection(w: World) -> Non
 
     error = _unchanged(w, sid, lambda: w.respond(cid, ANSWER, caller=OTHER_DEVICE_USER))
 
-    assert error.details == {"reason": "rejected", "response": {
+    assert error.details == {"reason": "rejected", "late_answer_allowed": False, "response": {
         "status": "rejected", "rejected": True, "reject_reason": "not now", "answers": []}}
 
 
@@ -600,6 +601,42 @@ def test_reconcile__scheduled_while_the_lease_holds__nothing_detached(w: World) 
     w.clock.advance(5)
     assert reconcile(w.deps, before_traffic=False).waiters_detached == 0
     assert w.rows(cid)["q1"] == ("pending", False, None) and w.agent.cancels == []
+
+
+def test_reconcile_before_traffic__live_claim_within_its_owner_deadline__left_to_its_owner(w: World) -> None:
+    """A deploy's reconciler runs while traffic flows: a live answer waiting for the agent's confirmation is
+    not taken back; the agent confirms and the user is told `live`."""
+    sid, cid = w.waiting()
+    seen: dict[str, Any] = {}
+
+    def deploy_then_agent_confirms() -> None:
+        seen["report"] = reconcile(w.deps, before_traffic=True)
+        w.agent_confirms(cid)()
+    w.sleeper.at(1, deploy_then_agent_confirms)
+
+    result = w.respond(cid, ANSWER)
+
+    assert (result.status, result.delivery) == ("answered", "live")
+    assert seen["report"].intents_restored == 0 and len(w.received) == 1
+    assert w.bundle(cid).delivery is not None and not w.bundle(cid).delivery.pending  # type: ignore[union-attr]
+
+
+def test_respond__claim_handed_back_under_a_responder_past_its_deadline__conflict_never_404(w: World) -> None:
+    """The claim was restored (its owner deadline passed) while this responder still waited: the question
+    exists and is answerable again, so the reply is a retryable 409 conflict, never 404; a retry answers."""
+    sid, cid = w.waiting()
+
+    def deadline_passes_and_the_scheduled_reconciler_restores() -> None:
+        w.clock.advance(w.deps.settings.owner_window.total_seconds() + 1)
+        assert reconcile(w.deps, before_traffic=False).intents_restored == 1
+    w.sleeper.at(1, deadline_passes_and_the_scheduled_reconciler_restores)
+
+    with pytest.raises(Contended) as refused:
+        w.respond(cid, ANSWER, key="k1")
+
+    assert refused.value.retryable and refused.value.code == "conflict"
+    assert all(status == "pending" for status, _, _ in w.rows(cid).values())
+    assert w.respond(cid, ANSWER, key="k1").status == "answered"  # (its waiter's lease lapsed: resumed)
 
 
 def test_reconcile__unconfirmed_current_claim_past_its_deadline__restored_to_pending(w: World) -> None:

@@ -17,7 +17,8 @@ const QUESTIONS = [
 ];
 const ANSWERS = [{ question_id: "q1", selected_options: ["a"] }, { question_id: "q2", selected_options: [], custom_text: "mine" }];
 const response = (status, body) => ({ kind: "response", status, ok: status < 300, body });
-const inactive = (reason, extra = {}) => response(409, { error: { code: "clarification_inactive", retryable: false, details: { reason, ...extra } } });
+const inactive = (reason, extra = {}) => response(409, { error: { code: "clarification_inactive", retryable: false,
+  details: { reason, late_answer_allowed: !["answered", "rejected"].includes(reason), ...extra } } });
 
 describe("answers", () => {
   test("a draft becomes one answer per question, with custom text when written", () => {
@@ -55,6 +56,15 @@ describe("respond", () => {
       assert.equal(respondResult(beginRespond(initialSurface("c1"), { answers: ANSWERS }, newId), inactive(reason), newId).phase, Phase.LATE_READY);
     });
   }
+
+  test("an inactive result the server does not allow late answers for: nothing is sent, the answers stay", () => {
+    const newId = ids();
+    const s = respondResult(beginRespond(initialSurface("c1"), { answers: ANSWERS }, newId),
+      inactive("superseded", { late_answer_allowed: false }), newId);
+    assert.equal(s.phase, Phase.RESPOND_FAILED);
+    assert.deepEqual(s.answers, ANSWERS);
+    assert.equal(canSendLate(s), false);
+  });
 
   test("someone else answered first: the winner is shown and nothing is sent", () => {
     const newId = ids();
