@@ -102,11 +102,12 @@ def _replay(deps: Deps, key: str, remembered: Remembered, fingerprint: str, sess
     it is a retryable conflict, never a guess."""
     if remembered.fingerprint != fingerprint:
         raise IdempotencyMismatch("this client_message_id was used with a different message")
-    first = [(remembered, session)]
+    first = [remembered]
 
     def settled() -> tuple[Remembered, Session] | None:
-        r, s = first.pop() if first else (deps.store.get_remembered(key) or remembered,
-                                          deps.store.get_session(session.id) or session)
+        # The aggregate is read after the record: one read before it may predate the admission it records.
+        r = first.pop() if first else deps.store.get_remembered(key) or remembered
+        s = deps.store.get_session(session.id) or session
         return None if _in_flight(r, s) else (r, s)
     found = poll(deps, settled, deps.settings.confirm_wait)
     if found is not None:

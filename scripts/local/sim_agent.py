@@ -42,6 +42,8 @@ from urllib.parse import urlsplit
 
 import requests
 
+from scripts.local.fence import CancelFence
+
 Event = dict[str, Any]
 JsonBody = dict[str, Any]
 T = TypeVar("T")
@@ -178,6 +180,8 @@ class Prompt:
             raise ValueError("session_id")
         if not isinstance(body["text"], str):
             raise ValueError("text")
+        if not isinstance(body["prompt_generation"], int) or isinstance(body["prompt_generation"], bool):
+            raise ValueError("prompt_generation")
         return cls(
             session_id=body["session_id"],
             execution_id=body["execution_id"],
@@ -528,8 +532,8 @@ class SimAgent:
         self._cond = threading.Condition()
         self._runs: dict[str, list[ScriptRun]] = {}
         self._launching = 0  # prompts accepted whose script starts once the acceptance is on the wire
-        # A prompt whose generation a cancel already covered is refused (the cancel overtook it and wins).
-        self._cancelled: dict[str, int] = {}
+        # A prompt or steer whose generation a cancel already covered is refused (the cancel overtook it).
+        self._fence = CancelFence()
         self._last_prompt: dict[str, Prompt] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -589,9 +593,7 @@ class SimAgent:
     def _on_prompt(self, body: JsonBody) -> Reply:
         prompt = Prompt.from_body(body)
         directives = parse_directives(prompt.text)
-        with self._cond:
-            fenced = isinstance(prompt.prompt_generation, int) and \
-                prompt.prompt_generation <= self._cancelled.get(prompt.session_id, -1)
+        fenced = not self._fence.admits(prompt.session_id, prompt.prompt_generation)
         self.log.add(
             "prompt",
             session_id=prompt.session_id,
@@ -619,6 +621,7 @@ class SimAgent:
         prompt = Prompt.from_body(body)
         with self._cond:
             accepted = bool(self._runs.get(prompt.session_id))
+        accepted = accepted and self._fence.admits(prompt.session_id, prompt.prompt_generation)
         self.log.add("steer", session_id=prompt.session_id, turn_id=prompt.turn_id, text=prompt.text,
                      accepted=accepted)
         return Reply(202 if accepted else 409, {"accepted": accepted})
@@ -627,10 +630,8 @@ class SimAgent:
         session_id = body.get("session_id")
         if not isinstance(session_id, str):
             raise ValueError("session_id")
-        generation = body.get("prompt_generation")
-        if isinstance(generation, int):
-            with self._cond:
-                self._cancelled[session_id] = max(self._cancelled.get(session_id, -1), generation)
+        if not self._fence.cancel(session_id, body.get("prompt_generation")):
+            raise ValueError("prompt_generation")
         self.log.add(
             "cancel",
             session_id=session_id,

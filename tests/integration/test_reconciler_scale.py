@@ -107,7 +107,8 @@ def test_reconcile_before_traffic__10k_idle_and_10_broken__requests_bounded_by_t
     counter.attach(store.client)
     for model in ALL_MODELS:
         counter.attach(model._get_connection().connection.client)
-    deps = Deps(store=store, agentctl=FakeAgentctl(), clock=StepClock(), new_id=CounterIds("scale"),
+    clock = StepClock()
+    deps = Deps(store=store, agentctl=FakeAgentctl(), clock=clock, new_id=CounterIds("scale"),
                 agent_token=agent_token, settings=Settings(deployment_id=f"scale-{local.prefix}"))
 
     _bulk_insert_idle(store.client, str(SessionRecord.Meta.table_name), IDLE)
@@ -116,6 +117,7 @@ def test_reconcile_before_traffic__10k_idle_and_10_broken__requests_bounded_by_t
     broken = [_broken_session(deps, store, task_id) for _ in range(BROKEN)]
     assert sorted(deps.store.due_sessions(None)) == sorted(sid for sid, _ in broken)  # only work is indexed
 
+    clock.advance(deps.settings.owner_window.total_seconds() + 1)  # the deploy comes after the responders died
     counter.counting = True
     report = reconcile(deps, before_traffic=True)
     counter.counting = False

@@ -236,7 +236,7 @@ def test_respond__superseded_bundle__409_superseded_no_write_no_prompt(flow: Flo
 
         assert resp.status_code == 409, resp.text
         assert error(resp)["code"] == "clarification_inactive"
-        assert error(resp)["details"] == {"reason": "superseded"}
+        assert error(resp)["details"] == {"reason": "superseded", "late_answer_allowed": True}
         after = flow.stored(sid)
         assert after.version == before.version and len(flow.prompts(sid)) == prompts
         assert after.bundle(cid) == before.bundle(cid)
@@ -254,7 +254,8 @@ def test_respond__bundle_ended__409_with_the_reason(flow: Flow, ending: str) -> 
     resp = flow.respond(cid, ANSWER)
 
     assert resp.status_code == 409, resp.text
-    assert error(resp)["details"] == {"reason": {"session_cancelled": "expired", "agent_withdrew": "cancelled"}[ending]}
+    assert error(resp)["details"] == {"reason": {"session_cancelled": "expired", "agent_withdrew": "cancelled"}[ending],
+                                      "late_answer_allowed": True}
     assert flow.stored(sid).version == version
 
 
@@ -271,7 +272,7 @@ def test_respond__already_resolved__409_with_the_winners_outcome(flow: Flow, fir
     resp = flow.respond(cid, answer("my", "none"), client=flow.other_user())
 
     assert resp.status_code == 409, resp.text
-    assert error(resp)["details"] == {"reason": reason, "response": response}
+    assert error(resp)["details"] == {"reason": reason, "response": response, "late_answer_allowed": False}
     assert flow.stored(sid).version == version and len(flow.prompts(sid)) == prompts
 
 

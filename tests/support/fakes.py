@@ -10,6 +10,7 @@ from typing import Any
 
 from chalicelib.agentctl.client import AgentctlAmbiguous, CancelRequest, PromptOutcome, PromptRequest
 from chalicelib.domain.model import Dispatch
+from scripts.local.fence import CancelFence
 
 START = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -53,9 +54,9 @@ class FakeAgentctl:
     cancel_fails: bool = False
     steering: bool = False
     on_cancel: Callable[[CancelRequest], None] | None = None
-    # Like a real runtime, a prompt whose generation a cancel already covered is refused: a cancel that
-    # overtook its prompt still wins. session id -> highest cancelled generation.
-    fenced: dict[str, int] = field(default_factory=dict)
+    # agentctl's contract (scripts/local/fence.py): a prompt or steer whose generation a cancel already
+    # covered is refused; a cancel that overtook its prompt still wins.
+    fence: CancelFence = field(default_factory=CancelFence)
 
     def script(self, *outcomes: str) -> None:
         for outcome in outcomes:
@@ -65,7 +66,7 @@ class FakeAgentctl:
 
     def prompt(self, request: PromptRequest) -> PromptOutcome:
         outcome = self.outcomes.pop(0) if self.outcomes else self.default
-        if request.prompt_generation <= self.fenced.get(request.session_id, -1):
+        if not self.fence.admits(request.session_id, request.prompt_generation):
             outcome = "reject"
         seen, turn, state = None, None, None
         if self.store is not None:
@@ -82,7 +83,7 @@ class FakeAgentctl:
         return PromptOutcome.ACCEPTED if outcome == "accept" else PromptOutcome.REJECTED
 
     def steer(self, request: PromptRequest) -> bool:
-        if not self.steering:
+        if not self.steering or not self.fence.admits(request.session_id, request.prompt_generation):
             return False
         self.prompt_calls.append(PromptCall(request, "accept", None))
         self.calls.append("steer")
@@ -91,7 +92,7 @@ class FakeAgentctl:
     def cancel(self, request: CancelRequest) -> None:
         self.cancels.append(request)
         self.calls.append("cancel")
-        self.fenced[request.session_id] = max(self.fenced.get(request.session_id, -1), request.prompt_generation)
+        self.fence.cancel(request.session_id, request.prompt_generation)
         hook, self.on_cancel = self.on_cancel, None
         if hook is not None:
             hook(request)
@@ -100,7 +101,7 @@ class FakeAgentctl:
 
     def end(self, session_id: str) -> None:
         """The runtime ended this session itself (it reported a terminal state): no prompt is taken any more."""
-        self.fenced[session_id] = 2 ** 62
+        self.fence.end(session_id)
 
     @property
     def prompts(self) -> list[PromptRequest]:

@@ -456,13 +456,15 @@ def test_respond__session_cancelled__conflict_expired(w: World) -> None:
     sid, cid = w.waiting()
     sessions.cancel_session(w.deps, USER, sid)
     w.agent.cancels.clear()
-    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "expired", "late_answer_allowed": True}
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "expired",
+                                                                           "late_answer_allowed": True}
 
 
 def test_respond__agent_withdrew_the_question__conflict_cancelled(w: World) -> None:
     sid, cid = w.waiting()
     clarifications.cancel(w.deps, agent_of(sid), cid)
-    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "cancelled", "late_answer_allowed": True}
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "cancelled",
+                                                                           "late_answer_allowed": True}
 
 
 def test_respond__agent_withdrew_then_the_session_ended__conflict_session_terminal(w: World) -> None:
@@ -470,7 +472,8 @@ def test_respond__agent_withdrew_then_the_session_ended__conflict_session_termin
     clarifications.cancel(w.deps, agent_of(sid), cid)
     sessions.cancel_session(w.deps, USER, sid)
     w.agent.cancels.clear()
-    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "session_terminal", "late_answer_allowed": True}
+    assert _unchanged(w, sid, lambda: w.respond(cid, ANSWER)).details == {"reason": "session_terminal",
+                                                                           "late_answer_allowed": True}
 
 
 def test_respond__already_answered__conflict_with_the_winners_answers(w: World) -> None:
