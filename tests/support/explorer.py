@@ -536,6 +536,7 @@ class Case:
     interfered: str = ""  # what the interferer ended with
     world: World | None = field(default=None, repr=False)
     ctx: Ctx = field(default_factory=dict, repr=False)
+    path: list[str] = field(default_factory=list, repr=False)  # the boundaries the paused operation passed
 
 
 def world() -> World:
@@ -617,11 +618,17 @@ def run_case(operation: str, boundary: str, interferer: str) -> Case:
     return case(op, boundaries(op).index(boundary), other)
 
 
-def case(op: Operation, index: int, other: Operation, make_world: Callable[[], World] = world) -> Case:
+def case(op: Operation, index: int, other: Operation, make_world: Callable[[], World] = world,
+         other_pause: int | None = None, then: int | None = None) -> Case:
+    """`op` paused at its boundary `index` while `other` runs to completion. With `other_pause`, the
+    interferer is itself paused at its boundary `other_pause`, the first operation finishes meanwhile, and
+    then the interferer does (the first operation lands inside the interferer). With `then`, `op` is paused
+    again at its boundary `then` (on the path the interference opened: a retry, a fall-through) and the
+    interferer runs once more there."""
     w = make_world()
     ctx = _setup(op, w)
     w.freeze()
-    gate = Gate(index)
+    gate = Gate(index, then)
     if isinstance(w.memory, Lockstep):
         w.memory.seed()
     outcome: list[str] = []
@@ -630,10 +637,23 @@ def case(op: Operation, index: int, other: Operation, make_world: Callable[[], W
     if not paused.pause():
         problems.append(f"never reached boundary {index}")
     label = gate.passed[index] if len(gate.passed) > index else "?"
-    interfered = _run(other, w, w.deps, ctx)
-    error = paused.finish()
-    if error is not None:
-        problems.append(f"(10) {op.name} crashed: {type(error).__name__}: {error}")
+    if other_pause is None:
+        interfered = _run(other, w, w.deps, ctx)
+        if then is not None and paused.resume_to_next():
+            label += f" | again at {gate.passed[then]}"
+            _run(other, w, w.deps, ctx)
+        errors = [(op.name, paused.finish())]
+    else:
+        other_gate = Gate(other_pause)
+        theirs: list[str] = []
+        held = Paused(lambda: theirs.append(_run(other, w, _paused_deps(w, other_gate), ctx)), other_gate)
+        inside = held.pause()
+        errors = [(op.name, paused.finish()), (other.name, held.finish())]
+        interfered = theirs[0] if theirs else ""
+        if inside:
+            label += f" | {other.name} paused {other_gate.passed[other_pause]}"
+    problems += [f"(10) {name} crashed: {type(error).__name__}: {error}" for name, error in errors
+                 if error is not None]
     problems += _agent_after_end(w)
     memory = w.memory
     assert isinstance(memory, GuardOracle)
@@ -643,7 +663,7 @@ def case(op: Operation, index: int, other: Operation, make_world: Callable[[], W
     problems += settle(w)
     problems += _agent_after_end(w, stage="eventually")
     return Case(op.name, label, other.name, interfered != "invalid", problems, outcome[0] if outcome else "",
-                interfered, w, ctx)
+                interfered, w, ctx, list(gate.passed))
 
 
 def _agent_after_end(w: World, stage: str = "after the race") -> list[str]:
@@ -656,17 +676,32 @@ _ENDED = {State.CANCELLED, State.FAILED, State.COMPLETED}
 
 
 def explore(paused: list[Operation], sample: Callable[[Operation, int, Operation], bool] | None = None,
-            make_world: Callable[[], World] = world) -> list[Case]:
-    """Every operation of `paused` paused at each of its boundaries while each other catalog operation runs."""
+            make_world: Callable[[], World] = world, continuations: bool = False) -> list[Case]:
+    """Every operation of `paused` paused at each of its boundaries while each other catalog operation runs.
+    With `continuations`, wherever the interference sent the paused operation down a path its dry run never
+    took (a retry, a fall-through), it is paused again at each boundary of that path and the interferer runs
+    once more there."""
     cases: list[Case] = []
     for op in paused:
-        for index in range(len(boundaries(op))):
+        dry = boundaries(op)
+        for index in range(len(dry)):
             for other in CATALOG:
                 if other is op or (sample is not None and not sample(op, index, other)):
                     continue
-                # keep the verdict only
-                cases.append(replace(case(op, index, other, make_world), world=None, ctx={}))
+                first = case(op, index, other, make_world)
+                cases.append(replace(first, world=None, ctx={}))  # keep the verdict only
+                if continuations:
+                    cases += [replace(case(op, index, other, make_world, then=j), world=None, ctx={})
+                              for j in novel(first.path, dry, index)]
     return cases
+
+
+def novel(path: list[str], dry: list[str], index: int) -> range:
+    """The boundaries of `path` after `index` from where it left the dry run's path on."""
+    for j in range(index + 1, len(path)):
+        if j >= len(dry) or path[j] != dry[j]:
+            return range(j, len(path))
+    return range(0)
 
 
 def reached_writes() -> set[str]:

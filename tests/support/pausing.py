@@ -19,24 +19,45 @@ HOLD = 60.0  # a paused operation gives up waiting after this long (a stuck case
 
 
 class Gate:
-    """Counts the boundaries its operation passes; blocks at boundary `target` until `release()`."""
+    """Counts the boundaries its operation passes; blocks at each of its `targets` until `release()`."""
 
-    def __init__(self, target: int | None = None) -> None:
-        self.target = target
+    def __init__(self, *targets: int | None) -> None:
+        self.targets = {t for t in targets if t is not None}
         self.passed: list[str] = []
-        self.reached = threading.Event()
-        self._release = threading.Event()
+        self._cond = threading.Condition()
+        self._waiting_at: int | None = None
+        self._released: set[int] = set()
+        self.owner: threading.Thread | None = None  # only the operation's own thread is ever held
 
     def boundary(self, label: str) -> None:
         index = len(self.passed)
         self.passed.append(label)
-        if index == self.target:
-            self.reached.set()
-            if not self._release.wait(HOLD):
+        if index not in self.targets or threading.current_thread() is not self.owner:
+            return
+        with self._cond:
+            self._waiting_at = index
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: index in self._released, HOLD):
                 raise RuntimeError(f"paused at {label} and never released")
 
-    def release(self) -> None:
-        self._release.set()
+    def wait_paused(self, done: threading.Event) -> bool:
+        """Block until the operation is held at a target (True) or finished (False)."""
+        with self._cond:
+            while self._waiting_at is None:
+                if done.is_set():
+                    return False
+                self._cond.wait(0.01)
+            return True
+
+    def release(self, *, for_good: bool = False) -> None:
+        """Let the held operation go on (for good: past every later target too)."""
+        with self._cond:
+            if for_good:
+                self.targets.clear()
+            if self._waiting_at is not None:
+                self._released.add(self._waiting_at)
+                self._waiting_at = None
+            self._cond.notify_all()
 
 
 class PausingStore:
@@ -90,6 +111,7 @@ class Paused:
         self._thread = threading.Thread(target=self._main, args=(run,), daemon=True)
 
     def _main(self, run: Callable[[], Any]) -> None:
+        self.gate.owner = threading.current_thread()
         try:
             run()
         except BaseException as exc:  # reported by finish()
@@ -98,14 +120,17 @@ class Paused:
             self.done.set()
 
     def pause(self) -> bool:
-        """True when the operation stopped at the target boundary; False when it finished before it."""
+        """True when the operation stopped at its (first) target boundary; False when it finished before."""
         self._thread.start()
-        while not (self.gate.reached.wait(0.01) or self.done.is_set()):
-            pass
-        return self.gate.reached.is_set()
+        return self.gate.wait_paused(self.done)
+
+    def resume_to_next(self) -> bool:
+        """Release it to its next target: True when held there, False when it finished first."""
+        self.gate.release()
+        return self.gate.wait_paused(self.done)
 
     def finish(self) -> BaseException | None:
-        self.gate.release()
+        self.gate.release(for_good=True)
         if not self.done.wait(HOLD):
             raise RuntimeError("the paused operation did not finish once released")
         return self.error

@@ -19,6 +19,7 @@ from tests.support.explorer import (
     _run,
     _setup,
     boundaries,
+    case,
     emulator_world,
     explore,
     reached_writes,
@@ -49,12 +50,34 @@ def _report(name: str, cases: list[Case], elapsed: float) -> list[str]:
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_interleavings__every_operation_raced_at_every_boundary__invariants_hold(shard: int) -> None:
+    """Single preemption at every boundary of the dry run, and again at every boundary of a path the
+    interference opened (a retry, a fall-through) with the interferer running once more there."""
     started = time.perf_counter()
-    cases = explore(_shard(shard))
+    cases = explore(_shard(shard), continuations=True)
     problems = _report(f"memory-{shard + 1}-of-{SHARDS}", cases, time.perf_counter() - started)
     assert not problems, f"{len(problems)} invariant violations:\n" + "\n".join(problems[:40])
-    assert len(cases) == sum(len(boundaries(op)) * (len(CATALOG) - 1) for op in _shard(shard))
-    assert sum(c.valid for c in cases) > len(cases) // 2
+    first = [c for c in cases if " | again at " not in c.boundary]
+    assert len(first) == sum(len(boundaries(op)) * (len(CATALOG) - 1) for op in _shard(shard))
+    assert sum(c.valid for c in first) > len(first) // 2
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_interleavings__the_interferer_itself_paused__sampled_per_pair__invariants_hold(shard: int) -> None:
+    """Two preemptions: for every (operation, interferer) pair, the operation paused at one boundary and the
+    interferer at one of its own (a draw seeded by the pair), so the operation lands inside the interferer."""
+    started = time.perf_counter()
+    cases = []
+    for op in _shard(shard):
+        for other in CATALOG:
+            if other is op:
+                continue
+            draw = random.Random(f"inside|{op.name}|{other.name}")
+            k, j = draw.randrange(len(boundaries(op))), draw.randrange(len(boundaries(other)))
+            cases.append(case(op, k, other, other_pause=j))
+    problems = _report(f"memory-inside-{shard + 1}-of-{SHARDS}", cases, time.perf_counter() - started)
+    assert not problems, f"{len(problems)} invariant violations:\n" + "\n".join(problems[:40])
+    assert sum(" paused " in c.boundary for c in cases) > len(cases) // 3  # the draw is from its own dry run
 
 
 def test_interleavings__every_store_write__reached_by_some_operation() -> None:
