@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chalicelib.domain import commands
+from chalicelib.domain import clarify, commands
 from chalicelib.domain.errors import (
     ClarificationActive,
     ClarificationInactive,
@@ -35,7 +35,7 @@ from chalicelib.domain.errors import (
     ValidationError,
 )
 from chalicelib.domain.model import Bundle, Session, State, Task
-from chalicelib.domain.rules import active_bundles
+from chalicelib.domain.rules import active_bundles, bundle_is_active
 from chalicelib.domain.time import parse_iso
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
 from chalicelib.services import archive, clarifications, history, responses, resume, sessions, watchdog, workflow
@@ -63,11 +63,22 @@ ALLOWED_UNREACHED: dict[str, str] = {
 
 
 class GuardOracle(MemoryStore):
-    """Checks invariant (9) at the very write: a workflow step never moves while a question is active."""
+    """Checks invariants at the very write: (9) a workflow step never moves while a question is active;
+    (11) a response never changes a bundle the repository rule says is not active (the spec: "any response
+    to a superseded or terminal bundle ... performs no message mutation")."""
 
     def __init__(self) -> None:
         super().__init__()
         self.violations: list[str] = []
+
+    def claim(self, session_id: str, bundle_id: str, *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            before = self.get_session(session_id)
+            super().claim(session_id, bundle_id, *args, **kwargs)
+            bundle = before.bundle(bundle_id) if before is not None else None
+            if before is not None and bundle is not None and not bundle_is_active(before, bundle):
+                self.violations.append(f"(11) a response was claimed on inactive bundle {bundle_id} "
+                                       f"({clarify.derived_state(before, bundle, before.updated_at)})")
 
     def _commit_task(self, task_id: str, write: Write, checks: Any = None) -> Task:
         with self._lock:
@@ -215,6 +226,22 @@ def s_broken(w: World) -> Ctx:
     # Nobody was told anything: a newer turn or the end of the session may retire it (sendable late).
     a = w.answer(ctx["bundle"], allow_retired=True)
     w.crash_during("claim", "after", lambda d: w.respond_answer(a, d))
+    return ctx
+
+
+def s_claimed_abandoned(w: World) -> Ctx:
+    """A live claim whose responder died (its user was told nothing): once its owner deadline passed the
+    reconciler hands it back, and what happens to the question after that is the user's to see."""
+    ctx = s_claimed(w)
+    for a in w.answers:  # handed back, then expired, withdrawn or deleted: sendable late, never lost
+        a.allow_retired = True
+    return ctx
+
+
+def s_claimed_moved_on(w: World) -> Ctx:
+    """... and meanwhile the user cancelled the session: the claim is the reconciler's to retire."""
+    ctx = s_claimed_abandoned(w)
+    sessions.cancel_session(w.deps, USER, ctx["main"])
     return ctx
 
 
@@ -401,6 +428,13 @@ def op_agent_output(w: World, deps: Deps, ctx: Ctx) -> None:
              w.frame(sid, "turn_completed", **identity), deps=deps)
 
 
+def op_supersede(w: World, deps: Deps, ctx: Ctx) -> None:
+    """The agent ends its turn and the user sends newer work right away: a newer turn supersedes the question."""
+    sid = ctx["main"]
+    w.frames(sid, w.frame(sid, "turn_completed"), deps=deps)
+    w.message(sid, {"client_message_id": f"newer-{w.marker()}", "content": "newer work"}, deps=deps)
+
+
 def op_ready(w: World, deps: Deps, ctx: Ctx) -> None:
     w.frames(ctx["main"], w.frame(ctx["main"], "ready"), deps=deps)
 
@@ -498,6 +532,7 @@ CATALOG = [
     Operation("steer", s_running, op_steer),
     Operation("turn completed, queue drained", s_queued, op_turn_completed),
     Operation("ready", s_running, op_ready),
+    Operation("newer work supersedes the question", s_live, op_supersede),
     Operation("agent output with no turn open", s_idle, op_agent_output),
     Operation("cancel_ack", s_watchdog_due, op_cancel_ack),
     Operation("state FAILED", s_running, op_agent_failed),
@@ -519,6 +554,8 @@ CATALOG = [
     Operation("reconciler retires a moved-on claim", s_broken_moved_on, op_reconcile),
     Operation("reconciler sets apart an unrepairable session", s_unrepairable, op_reconcile),
     Operation("reconciler scheduled", s_broken, op_reconcile_scheduled),
+    Operation("reconciler retires a live claim whose session ended", s_claimed_moved_on, op_reconcile_scheduled),
+    Operation("reconciler restores an unconfirmed live claim", s_claimed_abandoned, op_reconcile_scheduled),
     Operation("ready while a dead resume holds a reservation", s_dead_reservation, op_ready),
     Operation("reconciler settles a deferred ready", s_deferred_ready, op_reconcile_scheduled),
 ]

@@ -359,10 +359,16 @@ class World(BaseWorld):
         own turn and follows a live handoff the agent showed no sign of having used: it is not a second one."""
         handoffs = sum(a.marker in h for h in self.handoffs)
         resumes = [c for c in carrying if b is None or c.request.turn_id != b.turn_id]
-        if handoffs + len(resumes) <= 1:
-            return []
-        return [f"(2) the answer reached the agent {handoffs + len(resumes)} times ({handoffs} live handoffs, "
-                f"{len(resumes)} prompts)"]
+        problems = []
+        if handoffs + len(resumes) > 1:
+            problems.append(f"(2) the answer reached the agent {handoffs + len(resumes)} times ({handoffs} live "
+                            f"handoffs, {len(resumes)} prompts)")
+        rows = {r.question.question_id: r for r in b.rows} if b is not None else {}
+        if handoffs + len(resumes) and a.rows and all(rows.get(q) is not None and rows[q].response is None
+                                                      for q in a.rows):
+            problems.append("(2) the answer reached the agent, yet its question is unanswered again (it could "
+                            "be answered and delivered a second time)")
+        return problems
 
     def message_fate(self, a: Answer) -> tuple[str, list[str]]:
         s = self.get(a.session_id)
