@@ -214,3 +214,12 @@ def test_late_answer__session_unavailable__answer_kept_and_retry_reuses_identity
     assert sent[0]["in_reply_to"] == {"clarification_id": cid,
                                       "answers": [{"question_id": "q1", "selected_options": ["a"]}]}
     assert not [m for m in flow.messages(session) if "earlier question" in (m.get("content") or "")]
+
+
+def test_csp__an_inline_script__reported_as_a_violation(ui: Ui) -> None:
+    """The listener every browser test ends on (tests/e2e/conftest.py) does hear the client's CSP."""
+    ui.page.evaluate("""() => { const s = document.createElement("script");
+                               s.textContent = "window.inlineRan = true"; document.body.append(s); }""")
+    eventually(lambda: [v for v in ui.csp_violations if "inline" in v or "script-src" in v], timeout=10)
+    assert ui.page.evaluate("() => window.inlineRan === undefined")
+    ui.csp_violations.clear()
