@@ -75,6 +75,7 @@ def build(chalice: Template, *, deployment_id: str, app_name: str, stage: str) -
         depends_on=[*tables, *(fn.logical for fn in functions)]))
     _wire_api(resources[REST_API])
     _wire_hosting(resources, _by_handler(functions, "app"), f"{app_name}-{stage}")
+    obs.enable_tracing(resources)
     t["Outputs"] = {**t.get("Outputs", {}), **_outputs(reconciler, deployment_id), **hosting.outputs()}
     _check(t)
     return t

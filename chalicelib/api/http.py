@@ -66,7 +66,7 @@ class Api:
         @functools.wraps(fn)
         def view(*args: Any, **kwargs: Any) -> Response:
             started = time.monotonic()
-            with obs.scope(**self._ids(fn.__name__, kwargs)):
+            with obs.scope(**self._ids(fn.__name__, kwargs)), obs.traced(fn.__name__):
                 response = self._serve(fn, args, kwargs)
                 log.info("%s %s", fn.__name__, response.status_code,
                          extra={"fields": {"status": response.status_code,

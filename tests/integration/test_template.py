@@ -68,12 +68,16 @@ def test_package__offline__zip_holds_app_and_pure_python_deps(packaged: Path, tm
     assert "app.py" in names and "chalicelib/store/models.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".so"))]
     # Self-contained: the app imports with no site-packages at all (-S -I), as on a bare Lambda runtime.
+    # As in Lambda, the Tracer is on: Powertools and the X-Ray SDK (wrapt without its C extension) load.
     probe = ("import sys; sys.path.insert(0, '.'); import app, boto3, jwt, pynamodb, localstack_client.config; "
-             "print(len(app.app.routes))")
+             "from chalicelib import observability; print(len(app.app.routes), observability.tracer.disabled)")
+    lambda_env = {"PATH": os.environ.get("PATH", ""), "AWS_LAMBDA_FUNCTION_NAME": "clarify-prod",
+                  "LAMBDA_TASK_ROOT": str(tmp_path)}
     result = subprocess.run([sys.executable, "-S", "-I", "-c", probe], cwd=tmp_path, capture_output=True,
-                            text=True, env={"PATH": os.environ.get("PATH", "")}, timeout=60)
+                            text=True, env=lambda_env, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert int(result.stdout) > 0
+    routes, disabled = result.stdout.split()
+    assert int(routes) > 0 and disabled == "False"
 
 
 def test_template__cfn_lint__clean(packaged: Path) -> None:
@@ -216,6 +220,18 @@ def test_iam__one_scoped_role_per_function(template: dict[str, Any]) -> None:
                 assert not [a for a in statement["Action"] if a.endswith("*") or a == "dynamodb:Scan"]
     bearer = template["Resources"]["BearerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     assert [a for s in bearer for a in s["Action"] if a.startswith("dynamodb:")] == []
+
+
+def test_tracing__active_on_every_function_and_the_api__roles_may_write_segments(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    assert all(fn["Properties"]["Tracing"] == "Active" for fn in _functions(template).values())
+    plain = _resources(template, "AWS::Lambda::Function")
+    assert plain and all(fn["Properties"]["TracingConfig"] == {"Mode": "Active"} for fn in plain.values())
+    assert res["RestAPI"]["Properties"]["TracingEnabled"] is True
+    roles = {fn["Properties"]["Role"]["Fn::GetAtt"][0] for fn in [*_functions(template).values(), *plain.values()]}
+    for role in roles:
+        assert {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AWSXRayDaemonWriteAccess"} in (
+            res[role]["Properties"]["ManagedPolicyArns"]), role
 
 
 def test_gateway__denial_401_unknown_route_404__error_envelope(template: dict[str, Any]) -> None:
