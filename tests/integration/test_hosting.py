@@ -57,6 +57,32 @@ def test_client_files__anything_but_the_exact_path__404(stack: LocalStack, path:
     assert _security(resp) == hosting.SECURITY_HEADERS
 
 
+@pytest.mark.parametrize("name, size", [("icon-192.png", 192), ("icon-512.png", 512),
+                                        ("icon-maskable-512.png", 512), ("apple-touch-icon.png", 180)])
+def test_png_icons__served_as_png_of_their_size(stack: LocalStack, name: str, size: int) -> None:
+    url = urlsplit(stack.url)
+    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=30)
+    conn.request("GET", f"/web/{name}")
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    assert resp.status == 200 and resp.getheader("Content-Type") == "image/png"
+    assert body[:8] == b"\x89PNG\r\n\x1a\n" and body[12:16] == b"IHDR"
+    assert (int.from_bytes(body[16:20], "big"), int.from_bytes(body[20:24], "big")) == (size, size)
+    html = raw_body(stack, "/")
+    manifest = raw_body(stack, "/web/manifest.webmanifest")
+    assert f"/web/{name}".encode() in html + manifest
+
+
+def raw_body(stack: LocalStack, path: str) -> bytes:
+    url = urlsplit(stack.url)
+    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=30)
+    conn.request("GET", path)
+    body = conn.getresponse().read()
+    conn.close()
+    return body
+
+
 def test_api_answers__carry_nosniff_and_the_security_headers(stack: LocalStack) -> None:
     for path, status in ((f"{V1}/health", 200), (f"{V1}/tasks", 401), (f"{V1}/nothing", 404)):
         resp = raw(stack, "GET", path)
