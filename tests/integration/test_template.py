@@ -67,6 +67,7 @@ def test_package__offline__zip_holds_app_and_pure_python_deps(packaged: Path, tm
         zf.extractall(tmp_path)
     assert "app.py" in names and "chalicelib/store/models.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".so"))]
+    assert not [n for n in names if n.startswith("chalicelib/web/")]  # the client is in its bucket
     # Self-contained: the app imports with no site-packages at all (-S -I), as on a bare Lambda runtime.
     # As in Lambda, the Tracer is on: Powertools and the X-Ray SDK (wrapt without its C extension) load.
     probe = ("import sys; sys.path.insert(0, '.'); import app, boto3, jwt, pynamodb, localstack_client.config; "
