@@ -13,7 +13,7 @@ API function receives it: the readiness flag and the task, two GetItems against 
 logging/EMF module Clarify had before, and no Powertools or X-Ray SDK in it), each as a ratio to a bare boto3
 function doing the same two reads.
 
-    python -m scripts.coldstart [--pairs N] [--bytecode] [--importtime | --first-request]
+    python -m scripts.coldstart [--pairs N] [--bytecode] [--python PATH] [--importtime | --first-request]
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The interpreter the measured processes run (`--python`: another runtime version; the package is pure Python).
+PYTHON = [sys.executable]
 # What the API function's first request imports beyond `import app` (chalicelib.bootstrap.build).
 FIRST_REQUEST = ("chalicelib.store.dynamo", "chalicelib.store.feed_index", "chalicelib.bus.eventbridge",
                  "chalicelib.agentctl.client")
@@ -62,7 +64,7 @@ def unpack(into: Path, *, bytecode: bool) -> Path:
     with zipfile.ZipFile(out / "deployment.zip") as zf:
         zf.extractall(task)
     if bytecode:
-        subprocess.run([sys.executable, "-S", "-m", "compileall", "-q", str(task)], check=True,
+        subprocess.run([PYTHON[0], "-S", "-m", "compileall", "-q", str(task)], check=True,
                        stdout=subprocess.DEVNULL)
     return task
 
@@ -78,7 +80,7 @@ def _env(bytecode: bool) -> dict[str, str]:
 def _run(task: Path, statement: str, env: dict[str, str]) -> tuple[float, float]:
     started = time.perf_counter()
     # -S -s -E: no site-packages, no user site, no PYTHON* variables: only the package is importable.
-    proc = subprocess.Popen([sys.executable, "-S", "-s", "-E", "-c", statement], cwd=task, env=env,
+    proc = subprocess.Popen([PYTHON[0], "-S", "-s", "-E", "-c", statement], cwd=task, env=env,
                             stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
@@ -115,7 +117,7 @@ def statements() -> list[str]:
 
 def heaviest(task: Path, *, bytecode: bool, top: int = 25) -> list[tuple[str, float]]:
     """`python -X importtime -c "import app"` in the package: self time per top-level package, in ms."""
-    done = subprocess.run([sys.executable, "-S", "-s", "-E", "-X", "importtime", "-c", "import app"], cwd=task,
+    done = subprocess.run([PYTHON[0], "-S", "-s", "-E", "-X", "importtime", "-c", "import app"], cwd=task,
                           env=_env(bytecode), capture_output=True, text=True, check=True)
     per: dict[str, float] = {}
     for line in done.stderr.splitlines():
@@ -237,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--importtime", action="store_true", help="the heaviest modules of `import app`")
     parser.add_argument("--first-request", action="store_true",
                         help="import and answer the first authenticated request, with and without Powertools")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter of the measured processes (e.g. a newer Lambda runtime's version)")
     args = parser.parse_args(argv)
+    PYTHON[0] = args.python
     with tempfile.TemporaryDirectory(prefix="clarify-coldstart-") as tmp:
         task = unpack(Path(tmp), bytecode=args.bytecode)
         if args.first_request:
