@@ -130,7 +130,7 @@ def heaviest(task: Path, *, bytecode: bool, top: int = 25) -> list[tuple[str, fl
 
 
 # ------------------------------------------------------------------ the first request, as a user pays it
-BEFORE_POWERTOOLS = "eade1ee"  # the last commit with the hand-written logging/EMF module
+BEFORE_POWERTOOLS = "ec5e2b7"  # main before Powertools: the hand-written logging/EMF module
 WITHOUT_POWERTOOLS = ("aws_lambda_powertools", "aws_xray_sdk", "wrapt")
 TRACE_HEADER = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
 APP_REQUEST = """
