@@ -7,7 +7,7 @@ from typing import Any, cast
 from chalice import AuthResponse, Chalice, Rate
 
 from chalicelib import observability as obs
-from chalicelib.api import static
+from chalicelib.api import cors
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
 from chalicelib.auth.tokens import Caller, verify
@@ -64,21 +64,12 @@ def openapi() -> Any:
     return json_response(200, openapi_document(app))
 
 
-# ------------------------------------------------------------------ the web client (no token: it asks for one)
-@app.route("/", methods=["GET"])
-def web_index() -> Any:
-    return static.serve("index.html")
-
-
-@app.route("/sw.js", methods=["GET"])
-def web_service_worker() -> Any:
-    # Served from the root so its default scope is the whole client, "/" included.
-    return static.serve("sw.js")
-
-
-@app.route("/web/{name}", methods=["GET"])
-def web_file(name: str) -> Any:
-    return static.serve(name)
+# ------------------------------------------------------------------ CORS (configured origins only)
+@app.middleware("http")
+def cors_headers(event: Any, get_response: Any) -> Any:
+    response = get_response(event)
+    response.headers.update(cors.response_headers(event.headers.get("origin")))
+    return response
 
 
 # ------------------------------------------------------------------ tasks

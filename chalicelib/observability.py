@@ -1,33 +1,38 @@
-"""Structured logs and metrics: one JSON line per event, correlation ids bound once per request or record.
+"""Logs, metrics and traces with AWS Lambda Powertools; correlation ids bound once per request or record.
 
 `log.info("...", extra={"fields": {...}})` adds values of that one line (a status, a duration).
 
-Powertools-compatible in shape (the keys `level`, `message`, `timestamp`, `service`, `cold_start`,
-`function_request_id`; metrics in CloudWatch's embedded metric format) but built on the standard library:
-Powertools' Logger and Metrics alone cost several percent of `import boto3` at cold start, and the budget
-for all of Clarify's own code is about as large (README, "Benchmark").
+- Logs: every module logs through the standard library; in JSON (Lambda) each line is Powertools Logger's
+  shape (LambdaPowertoolsFormatter: `level`, `location`, `message`, `timestamp`, `service`, `xray_trace_id`)
+  plus the bound ids. Locally the text format prints readable lines.
+- Metrics: each one is an EMF document built by Powertools Metrics, written at once as its own line (a
+  Lambda that times out loses nothing), with the dimension `service` (what the alarms watch) and at most one
+  breakdown dimension (`delivery`, `reason`, ...).
+- Traces: Powertools Tracer (X-Ray) patches botocore (DynamoDB, EventBridge) and http.client (agentctl);
+  each request and invocation is a subsegment annotated with its correlation ids. Off outside Lambda.
 
 Ids bound with `scope` / `bind` live in a context variable, so every log record made while they are bound
 carries them, whichever module logs it; a scope ends with its request, stream record or invocation. Only ids
 are ever bound: never a token, a message, an answer or a prompt text.
-
-Metrics are written at once, one EMF line each (a Lambda that times out loses nothing), with the dimension
-`service` (what the alarms watch) and at most one breakdown dimension (`delivery`, `reason`, ...).
 """
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
-import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TextIO, TypeVar
+
+from aws_lambda_powertools import Tracer
+from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+from aws_lambda_powertools.metrics import EphemeralMetrics
 
 # ------------------------------------------------------------------ metric names (the template's alarms and
 # dashboard read the same constants; infra/observability.py)
@@ -59,6 +64,10 @@ METRICS_LOGGER = "chalicelib.metrics"
 _metrics_log = logging.getLogger(METRICS_LOGGER)
 _metrics_log.setLevel(logging.INFO)  # metrics never depend on the log level
 _cold = True
+# What X-Ray traces: the AWS SDK (DynamoDB, EventBridge; PynamoDB goes through it) and http.client (agentctl).
+TRACED_MODULES = ("botocore", "httplib")
+# Correlation ids that become annotations (searchable in X-Ray: annotation.session = "...").
+ANNOTATED = ("request_id", "route", "workspace", "task", "session", "turn", "clarification", "function")
 
 
 def service() -> str:
@@ -67,6 +76,33 @@ def service() -> str:
 
 def namespace() -> str:
     return os.environ.get("CLARIFY_METRICS_NAMESPACE") or NAMESPACE
+
+
+tracer = Tracer(service=service(), patch_modules=TRACED_MODULES)
+
+
+@contextmanager
+def traced(name: str) -> Iterator[None]:
+    """A subsegment `## name` for a request or an invocation, annotated with the ids bound in it."""
+    if tracer.disabled:
+        yield
+        return
+    with tracer.provider.in_subsegment(f"## {name}"):
+        _annotate(_ids.get())
+        yield
+
+
+def _annotate(ids: Mapping[str, str]) -> None:
+    if tracer.disabled:
+        return
+    from aws_xray_sdk.core import xray_recorder  # the tracer's provider
+    from aws_xray_sdk.core.models.subsegment import Subsegment
+
+    entity = xray_recorder.get_trace_entity()
+    if isinstance(entity, Subsegment):  # Lambda's own segment is a facade that takes no annotation
+        for key in ANNOTATED:
+            if key in ids:
+                entity.put_annotation(key, ids[key])
 
 
 # ------------------------------------------------------------------ correlation ids
@@ -84,12 +120,14 @@ def _merged(ids: dict[str, object]) -> dict[str, str]:
 def bind(**ids: object) -> None:
     """Bind ids in the current scope (a request, a stream record); None or "" unbinds that key."""
     _ids.set(_merged(ids))
+    _annotate(_ids.get())
 
 
 @contextmanager
 def scope(**ids: object) -> Iterator[None]:
     """Ids bound for the duration of the block; whatever was bound inside it ends with it."""
     token = _ids.set(_merged(ids))
+    _annotate(_ids.get())
     try:
         yield
     finally:
@@ -116,7 +154,7 @@ def invocation(name: str) -> Callable[[F], F]:
             global _cold
             context = args[0] if args else getattr(event, "context", None)
             cold, _cold = _cold, False
-            with scope(function=name, request_id=getattr(context, "aws_request_id", None)):
+            with scope(function=name, request_id=getattr(context, "aws_request_id", None)), traced(name):
                 bind(cold_start="true" if cold else None)
                 return fn(event, *args)
         return handler  # type: ignore[return-value]
@@ -137,27 +175,23 @@ if not getattr(logging.getLogRecordFactory(), "clarify", False):
 
 
 # ------------------------------------------------------------------ formats
-def _iso(created: float) -> str:
-    return datetime.fromtimestamp(created, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+class JsonFormatter(LambdaPowertoolsFormatter):
+    """Powertools Logger's JSON line, with the bound ids, the line's fields and any metric as top-level keys."""
 
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, service, logger, message, the bound ids, any metric."""
+    def __init__(self) -> None:
+        super().__init__(service=service(), use_rfc3339=True)
 
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {"timestamp": _iso(record.created), "level": record.levelname, "service": service(),
-                               "logger": record.name, "message": record.getMessage()}
-        doc.update(getattr(record, "clarify_ids", {}))
-        doc.update(getattr(record, "fields", None) or {})
-        if "request_id" in doc:
-            doc["function_request_id"] = doc["request_id"]
-        metric = getattr(record, "metric", None)
-        if metric:
-            doc.update(metric)
-        if record.exc_info:
-            doc["exception"] = self.formatException(record.exc_info)
-            doc["exception_name"] = record.exc_info[0].__name__ if record.exc_info[0] else ""
-        return json.dumps(doc, default=str)
+        extra: dict[str, Any] = dict(getattr(record, "clarify_ids", {}))
+        extra.update(getattr(record, "fields", None) or {})
+        if "request_id" in extra:
+            extra["function_request_id"] = extra["request_id"]
+        extra.update(getattr(record, "metric", None) or {})
+        flat = copy.copy(record)
+        for key in ("clarify_ids", "fields", "metric"):
+            vars(flat).pop(key, None)
+        vars(flat).update(extra)
+        return super().format(flat)
 
 
 class TextFormatter(logging.Formatter):
@@ -222,11 +256,11 @@ def emit(name: str, value: float, unit: str, **dimension: object) -> None:
     dims = _clean(dimension)
     if len(dims) > 1:
         raise ValueError(f"metric {name}: one breakdown dimension at most, got {sorted(dims)}")
-    sets = [["service"], ["service", *dims]] if dims else [["service"]]
-    metric = {"_aws": {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": [
-        {"Namespace": namespace(), "Dimensions": sets, "Metrics": [{"Name": name, "Unit": unit}]}]},
-        "service": service(), **dims, name: value}
-    _metrics_log.info("metric %s", name, extra={"metric": metric})
+    metrics = EphemeralMetrics(namespace=namespace(), service=service())
+    metrics.add_metric(name=name, unit=unit, value=value)
+    if dims:
+        metrics.add_dimensions(service=service(), **dims)
+    _metrics_log.info("metric %s", name, extra={"metric": metrics.serialize_metric_set()})
 
 
 def long_poll(kind: str) -> Callable[[F], F]:

@@ -149,3 +149,27 @@ def dashboard(service: str, functions: list[tuple[str, str]], streams: list[str]
     return {"Type": "AWS::CloudWatch::Dashboard",
             "Properties": {"DashboardName": f"{service}-operations",
                            "DashboardBody": {"Fn::Sub": json.dumps({"widgets": widgets})}}}
+
+
+# ------------------------------------------------------------------ X-Ray (chalicelib.observability's Tracer)
+XRAY_WRITE = {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AWSXRayDaemonWriteAccess"}
+
+
+def enable_tracing(resources: dict[str, Resource]) -> None:
+    """Active tracing on every function and the API stage; each function role may write its segments (X-Ray
+    actions take no resource ARN, hence AWS's managed policy rather than an inline statement)."""
+    for res in resources.values():
+        props = res.get("Properties", {})
+        if res["Type"] == "AWS::Serverless::Function":
+            props["Tracing"] = "Active"
+        elif res["Type"] == "AWS::Lambda::Function":
+            props["TracingConfig"] = {"Mode": "Active"}
+        elif res["Type"] == "AWS::Serverless::Api":
+            props["TracingEnabled"] = True
+        elif res["Type"] == "AWS::IAM::Role" and _lambda_assumes(props):
+            props["ManagedPolicyArns"] = [*props.get("ManagedPolicyArns", []), XRAY_WRITE]
+
+
+def _lambda_assumes(role: dict[str, Any]) -> bool:
+    return any(s.get("Principal", {}).get("Service") == "lambda.amazonaws.com"
+               for s in role.get("AssumeRolePolicyDocument", {}).get("Statement", []))

@@ -22,6 +22,7 @@ from .vendor import VendorError, vendor
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOYED = ("app.py", "chalicelib")  # what Chalice ships besides vendor/
+CLIENT_DIR = Path("chalicelib") / "web"
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".ruff_cache")
 
 
@@ -44,6 +45,8 @@ def stage_project(source: Path, work: Path) -> list[str]:
             shutil.copytree(src, work / name, ignore=IGNORED)
         else:
             shutil.copy2(src, work / name)
+    # The web client is uploaded to its bucket (scripts/deploy-client); no function serves it.
+    shutil.rmtree(work / CLIENT_DIR, ignore_errors=True)
     (work / ".chalice").mkdir()
     shutil.copy2(source / ".chalice" / "config.json", work / ".chalice" / "config.json")
     # Empty on purpose: the deps are in vendor/, so `chalice package` never calls pip.

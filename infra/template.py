@@ -10,6 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from chalicelib.api import cors
+
+from . import hosting
 from . import observability as obs
 from .bus import EVENT_BUS, bus_outputs, bus_resources
 from .gate import GATE, gate_resources
@@ -71,7 +74,9 @@ def build(chalice: Template, *, deployment_id: str, app_name: str, stage: str) -
         runtime=resources[reconciler.logical]["Properties"]["Runtime"],
         depends_on=[*tables, *(fn.logical for fn in functions)]))
     _wire_api(resources[REST_API])
-    t["Outputs"] = {**t.get("Outputs", {}), **_outputs(reconciler, deployment_id)}
+    _wire_hosting(resources, _by_handler(functions, "app"), f"{app_name}-{stage}")
+    obs.enable_tracing(resources)
+    t["Outputs"] = {**t.get("Outputs", {}), **_outputs(reconciler, deployment_id), **hosting.outputs()}
     _check(t)
     return t
 
@@ -114,6 +119,7 @@ def _parameters() -> dict[str, Any]:
                        "Description": "Bearer-token signing secret (CLARIFY_AUTH_SECRET); at least 32 characters"},
         "AgentctlUrl": {"Type": "String", "AllowedPattern": "^https?://.+",
                         "Description": "Base URL of the agent runtime service (CLARIFY_AGENTCTL_URL)"},
+        **hosting.parameters(),
     }
 
 
@@ -184,6 +190,17 @@ def _wire_api(api: dict[str, Any]) -> None:
         item["x-amazon-apigateway-any-method"] = method_not_allowed()
     # First deploy: the API (and its stage) is created only after the reconciler succeeded.
     api["DependsOn"] = sorted(set(api.get("DependsOn", [])) | {GATE})
+
+
+def _wire_hosting(resources: dict[str, Any], api_function: Function, name: str) -> None:
+    """The client's bucket and distribution in front of a regional API (one CloudFront, not two), CORS."""
+    api = resources[REST_API]["Properties"]
+    api["EndpointConfiguration"] = "REGIONAL"
+    for item in api["DefinitionBody"].get("paths", {}).values():
+        item["options"] = hosting.preflight_method()
+    env = resources[api_function.logical]["Properties"]["Environment"]["Variables"]
+    env[cors.ENV] = hosting.cors_origins()
+    resources.update(hosting.resources(name, REST_API, api["StageName"]))
 
 
 def _outputs(reconciler: Function, deployment_id: str) -> dict[str, Any]:

@@ -13,6 +13,12 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+# Distributions whose compiled part is an optional accelerator with a pure-Python fallback: their Python files
+# are vendored and the extension (built for this machine, maybe not Lambda's) left out. wrapt (aws-xray-sdk's
+# dependency) falls back to wrapt/wrappers.py when wrapt/_wrappers cannot be imported.
+PURE_FALLBACK = {"wrapt"}
+COMPILED = (".so", ".pyd", ".dylib")
+
 
 class VendorError(Exception):
     """The environment cannot supply a runtime dependency offline (missing, wrong version, or compiled)."""
@@ -66,7 +72,7 @@ def closure(requirements: list[Requirement], python_version: str) -> list[metada
 def _is_pure(dist: metadata.Distribution) -> bool:
     wheel = dist.read_text("WHEEL") or ""
     files = dist.files or []
-    return "Root-Is-Purelib: true" in wheel and not any(f.suffix in (".so", ".pyd", ".dylib") for f in files)
+    return "Root-Is-Purelib: true" in wheel and not any(f.suffix in COMPILED for f in files)
 
 
 def copy_distribution(dist: metadata.Distribution, target: Path) -> int:
@@ -74,12 +80,15 @@ def copy_distribution(dist: metadata.Distribution, target: Path) -> int:
     name = dist.metadata["Name"]
     if dist.files is None:
         raise VendorError(f"{name} has no RECORD; reinstall it with pip")
-    if not _is_pure(dist):
+    fallback = canonicalize_name(name) in PURE_FALLBACK
+    if not fallback and not _is_pure(dist):
         raise VendorError(f"{name} is not pure Python; it must be built for Lambda (pip download --platform)")
     count = 0
     for rel in dist.files:
         # Skip console scripts (outside site-packages) and bytecode compiled for this machine's Python.
         if rel.parts[0] == ".." or "__pycache__" in rel.parts or rel.suffix == ".pyc":
+            continue
+        if fallback and (rel.suffix in COMPILED or rel.suffix == ".c"):
             continue
         source = Path(str(dist.locate_file(rel)))
         if not source.is_file():

@@ -10,6 +10,7 @@ from typing import Any
 
 from chalice import Chalice, Response
 
+from .. import hosting
 from .. import observability as obs
 from ..auth.tokens import Caller
 from ..bootstrap import deps
@@ -20,12 +21,15 @@ from . import boundary
 from .errors import envelope, error_payload
 
 log = logging.getLogger(__name__)
+# CloudFront adds every security header (chalicelib/hosting.py); this one also holds when the API is called
+# directly at its execute-api URL (agents).
+NOSNIFF = {"X-Content-Type-Options": hosting.SECURITY_HEADERS["X-Content-Type-Options"]}
 Handler = Callable[..., tuple[int, Any]]
 
 
 def json_response(status: int, body: Any) -> Response:
     return Response(body=json.dumps(body) if body is not None else "", status_code=status,
-                    headers={"Content-Type": "application/json", "Cache-Control": "no-store"})
+                    headers={"Content-Type": "application/json", "Cache-Control": "no-store", **NOSNIFF})
 
 
 class Api:
@@ -62,7 +66,7 @@ class Api:
         @functools.wraps(fn)
         def view(*args: Any, **kwargs: Any) -> Response:
             started = time.monotonic()
-            with obs.scope(**self._ids(fn.__name__, kwargs)):
+            with obs.scope(**self._ids(fn.__name__, kwargs)), obs.traced(fn.__name__):
                 response = self._serve(fn, args, kwargs)
                 log.info("%s %s", fn.__name__, response.status_code,
                          extra={"fields": {"status": response.status_code,

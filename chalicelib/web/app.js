@@ -13,7 +13,7 @@ import { applyEvent, createEventDeduper, mergeSessionList, mergeTaskSnapshot, ne
 import { describeFailure, retryDelay } from "./retry.js";
 import { createDesktopActivator, createTaskSessionLoader, createTaskSheetController } from "./selection.js";
 import { activeBundle, pendingQuestions } from "./transcript.js";
-import { renderApp } from "./views.js";
+import { pageTitle, renderApp } from "./views.js";
 
 const PHONE_QUERY = "(max-width: 767px)";
 const EVENT_WAIT_SECONDS = 10;
@@ -87,6 +87,7 @@ function render(then) {
     const pinned = !log || log.scrollHeight - log.scrollTop - log.clientHeight < 48;
     const shown = log?.dataset.session;
     morphdom(root, renderApp(state), { onBeforeElUpdated: keepTyped });
+    document.title = pageTitle(state);
     const next = document.getElementById("transcript");
     // Follow new messages while the reader is at the bottom (and on opening a session); never yank them back.
     if (next && (pinned || next.dataset.session !== shown)) next.scrollTop = next.scrollHeight;

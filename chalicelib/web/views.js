@@ -121,9 +121,17 @@ function renderTokenForm(state) {
     state.signInNotice ? h("p.error", { role: "alert" }, state.signInNotice) : null));
 }
 
+// Tasks showing a pending question: the phone's badge and the tab title, "(2) Clarify".
+const pendingTasks = (state) => [...state.tasks.values()].filter(showsQuestionIcon).length;
+
+export function pageTitle(state) {
+  const n = pendingTasks(state);
+  return n ? `(${n}) Clarify` : "Clarify";
+}
+
 function renderTopbar(state) {
   const phone = state.layout === "phone";
-  const pendingCount = [...state.tasks.values()].filter(showsQuestionIcon).length;
+  const pendingCount = pendingTasks(state);
   const notifyAsk = "Notification" in window && Notification.permission === "default";
   return h("header.topbar#topbar", {},
     phone

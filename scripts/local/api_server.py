@@ -4,6 +4,9 @@ In AWS the template's GatewayResponses turn an authorizer denial into 401 and an
 and each path's catch-all ANY method answers a method the route does not declare with 405, all in the API's
 error envelope; the local server does the same so clients see one contract. Like Lambda, it never lets one
 request see another's: each serving thread has its own current request.
+
+It also stands in for CloudFront: it serves the web client's files (chalicelib/hosting.py, exact paths only)
+and adds the same security headers to every answer; and for API Gateway's CORS preflights (chalicelib/api/cors.py).
 """
 from __future__ import annotations
 
@@ -24,16 +27,26 @@ from chalice.local import (
     ThreadedHTTPServer,
 )
 
+from chalicelib import hosting
+from chalicelib.api import cors
 from chalicelib.api.errors import error_json
 
 
 class GatewayHandler(ChaliceRequestHandler):
     def _gateway_handle(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if self.command in ("GET", "HEAD") and hosting.is_client_path(path):
+            self._serve_file(path)
+            return
         routes = self.local_gateway._app_object.routes
         try:
             resource = RouteMatcher(list(routes)).match_route(self.path).route
         except ValueError:
             resource = None  # unknown path: the app's gateway handling answers 404
+        if resource is not None and self.command == "OPTIONS":
+            self._parse_payload()
+            self._send_http_response(204, cors.preflight_headers(self.headers.get("Origin")), None)
+            return
         if resource is not None and self.command not in routes[resource]:
             self._parse_payload()  # read the body so the connection stays usable
             headers = {"Content-Type": "application/json", "Allow": ", ".join(sorted(routes[resource]))}
@@ -41,6 +54,23 @@ class GatewayHandler(ChaliceRequestHandler):
             self._send_http_response(405, headers, None if self.command == "HEAD" else body)
             return
         self._generic_handle()
+
+    def _serve_file(self, path: str) -> None:
+        found = hosting.local_file(path)
+        if found is None:
+            body = None if self.command == "HEAD" else error_json(404, "not_found", "no such file")
+            self._send_http_response(404, {"Content-Type": "application/json"}, body)
+            return
+        content_type, body, cache = found
+        headers = {"Content-Type": content_type, "Cache-Control": cache}
+        if self.command == "HEAD":
+            self.send_response(200)
+            self._send_headers({**headers, **hosting.SECURITY_HEADERS, "Content-Length": str(len(body))})
+            return
+        self._send_http_response(200, headers, body)
+
+    def _send_http_response(self, code: int, headers: dict[str, Any], body: str | bytes | None) -> None:
+        super()._send_http_response(code, {**headers, **hosting.SECURITY_HEADERS}, body)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _gateway_handle
 

@@ -72,3 +72,5 @@ def ui(request: pytest.FixtureRequest, browser: Browser, web_stack: LocalStack, 
     app.shot("end")  # the last state, also when the test failed
     context.close()
     assert not app.errors, f"uncaught errors in the page: {app.errors}"
+    # Every flow of every browser test runs under the client's real CSP (chalicelib/hosting.py): nothing blocked.
+    assert not app.csp_violations, f"Content-Security-Policy violations: {app.csp_violations}"

@@ -214,3 +214,28 @@ def test_late_answer__session_unavailable__answer_kept_and_retry_reuses_identity
     assert sent[0]["in_reply_to"] == {"clarification_id": cid,
                                       "answers": [{"question_id": "q1", "selected_options": ["a"]}]}
     assert not [m for m in flow.messages(session) if "earlier question" in (m.get("content") or "")]
+
+
+def test_tab_title__counts_the_tasks_with_a_pending_question(ui: Ui, flow: Flow) -> None:
+    expect(ui.page).to_have_title("Clarify")
+    asked = []
+    for name in ("Migrate billing", "Rename columns"):
+        task = flow.task(name)
+        session = flow.session(task, "[ask] which database?")
+        asked.append((task, flow.asked(session)[0]))
+        ui.expect_icon(task, True)  # live through /events
+    expect(ui.page).to_have_title("(2) Clarify")
+
+    skipped = flow.user.post(f"/clarifications/{asked[0][1]}/respond", {"rejected": True})  # answered elsewhere
+    assert skipped.status_code == 200, skipped.text
+    ui.expect_icon(asked[0][0], False)
+    expect(ui.page).to_have_title("(1) Clarify")
+
+
+def test_csp__an_inline_script__reported_as_a_violation(ui: Ui) -> None:
+    """The listener every browser test ends on (tests/e2e/conftest.py) does hear the client's CSP."""
+    ui.page.evaluate("""() => { const s = document.createElement("script");
+                               s.textContent = "window.inlineRan = true"; document.body.append(s); }""")
+    eventually(lambda: [v for v in ui.csp_violations if "inline" in v or "script-src" in v], timeout=10)
+    assert ui.page.evaluate("() => window.inlineRan === undefined")
+    ui.csp_violations.clear()

@@ -80,7 +80,7 @@ def test_respond_live__answers_metric__emf_with_its_delivery(flow: Flow, logs: L
     assert responder.result(timeout=60).json()["delivery"] == "live"
 
     [doc] = [d for d in logs.metrics(obs.ANSWERS) if d.get("clarification") == cid]
-    assert doc["delivery"] == "live" and doc[obs.ANSWERS] == 1 and doc["session"] == sid
+    assert doc["delivery"] == "live" and doc[obs.ANSWERS] == [1] and doc["session"] == sid
     [directive] = doc["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == "Clarify" and directive["Dimensions"] == [["service"], ["service", "delivery"]]
     assert directive["Metrics"] == [{"Name": obs.ANSWERS, "Unit": "Count"}]
@@ -107,7 +107,7 @@ def test_reconcile__unconfirmed_live_claim__repair_and_restore_metrics(flow: Flo
 
     assert report.intents_restored == 1
     repairs = [d for d in logs.metrics(obs.RECONCILER_REPAIRS) if d["kind"] == "intents_restored"]
-    assert [d[obs.RECONCILER_REPAIRS] for d in repairs] == [1]
+    assert [d[obs.RECONCILER_REPAIRS] for d in repairs] == [[1]]
     assert repairs[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service"], ["service", "kind"]]
     [restore] = [d for d in logs.metrics(obs.RESTORES) if d.get("cause") == "reconciler"]
-    assert restore[obs.RESTORES] == 1
+    assert restore[obs.RESTORES] == [1]

@@ -21,13 +21,13 @@ from pynamodb.attributes import TTLAttribute, UnicodeAttribute
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
-from chalicelib import aws
+from chalicelib import aws, hosting
 from chalicelib.domain.errors import ConditionFailed
 from chalicelib.domain.model import Dispatch, Event, Prompt, Session, State, Task, Turn
 from chalicelib.store import models
 from chalicelib.store.dynamo import DynamoStore
 from chalicelib.store.models import ALL_MODELS, BASE_NAMES, SessionRecord
-from infra import gate_handler
+from infra import deploy_client, gate_handler
 from infra.bus import QUESTION_PENDING
 from scripts.local.emulator import EmulatorThread
 
@@ -67,13 +67,18 @@ def test_package__offline__zip_holds_app_and_pure_python_deps(packaged: Path, tm
         zf.extractall(tmp_path)
     assert "app.py" in names and "chalicelib/store/models.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".so"))]
+    assert not [n for n in names if n.startswith("chalicelib/web/")]  # the client is in its bucket
     # Self-contained: the app imports with no site-packages at all (-S -I), as on a bare Lambda runtime.
+    # As in Lambda, the Tracer is on: Powertools and the X-Ray SDK (wrapt without its C extension) load.
     probe = ("import sys; sys.path.insert(0, '.'); import app, boto3, jwt, pynamodb, localstack_client.config; "
-             "print(len(app.app.routes))")
+             "from chalicelib import observability; print(len(app.app.routes), observability.tracer.disabled)")
+    lambda_env = {"PATH": os.environ.get("PATH", ""), "AWS_LAMBDA_FUNCTION_NAME": "clarify-prod",
+                  "LAMBDA_TASK_ROOT": str(tmp_path)}
     result = subprocess.run([sys.executable, "-S", "-I", "-c", probe], cwd=tmp_path, capture_output=True,
-                            text=True, env={"PATH": os.environ.get("PATH", "")}, timeout=60)
+                            text=True, env=lambda_env, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert int(result.stdout) > 0
+    routes, disabled = result.stdout.split()
+    assert int(routes) > 0 and disabled == "False"
 
 
 def test_template__cfn_lint__clean(packaged: Path) -> None:
@@ -216,6 +221,18 @@ def test_iam__one_scoped_role_per_function(template: dict[str, Any]) -> None:
                 assert not [a for a in statement["Action"] if a.endswith("*") or a == "dynamodb:Scan"]
     bearer = template["Resources"]["BearerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     assert [a for s in bearer for a in s["Action"] if a.startswith("dynamodb:")] == []
+
+
+def test_tracing__active_on_every_function_and_the_api__roles_may_write_segments(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    assert all(fn["Properties"]["Tracing"] == "Active" for fn in _functions(template).values())
+    plain = _resources(template, "AWS::Lambda::Function")
+    assert plain and all(fn["Properties"]["TracingConfig"] == {"Mode": "Active"} for fn in plain.values())
+    assert res["RestAPI"]["Properties"]["TracingEnabled"] is True
+    roles = {fn["Properties"]["Role"]["Fn::GetAtt"][0] for fn in [*_functions(template).values(), *plain.values()]}
+    for role in roles:
+        assert {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AWSXRayDaemonWriteAccess"} in (
+            res[role]["Properties"]["ManagedPolicyArns"]), role
 
 
 def test_gateway__denial_401_unknown_route_404__error_envelope(template: dict[str, Any]) -> None:
@@ -478,3 +495,120 @@ def test_cloudformation__template_tables__store_contract(store: DynamoStore) -> 
         "e1"]
     store.set_meta(f"ready#{DEPLOYMENT_ID}", "true", at)
     assert store.get_meta(f"ready#{DEPLOYMENT_ID}") == "true"
+
+
+# ------------------------------------------------------------------ the client's hosting (infra/hosting.py)
+def _distribution(template: dict[str, Any]) -> dict[str, Any]:
+    (distribution,) = _resources(template, "AWS::CloudFront::Distribution").values()
+    return dict(distribution["Properties"]["DistributionConfig"])
+
+
+def test_hosting__bucket_private__read_only_by_the_distribution_through_oac(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    (bucket_id,) = _resources(template, "AWS::S3::Bucket")
+    block = res[bucket_id]["Properties"]["PublicAccessBlockConfiguration"]
+    assert block == {"BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True,
+                     "RestrictPublicBuckets": True}
+    (policy,) = _resources(template, "AWS::S3::BucketPolicy").values()
+    allows = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    assert allows and all(s["Principal"] == {"Service": "cloudfront.amazonaws.com"} for s in allows)
+    for statement in allows:  # only this stack's distribution, reading (ListBucket: a missing file is a 404)
+        assert sorted(statement["Action"]) == ["s3:GetObject", "s3:ListBucket"]
+        arn = statement["Condition"]["StringEquals"]["AWS:SourceArn"]["Fn::Sub"]
+        assert arn.endswith(":distribution/${ClientDistribution}")
+    (oac_id,) = _resources(template, "AWS::CloudFront::OriginAccessControl")
+    oac = res[oac_id]["Properties"]["OriginAccessControlConfig"]
+    assert oac["OriginAccessControlOriginType"] == "s3" and oac["SigningBehavior"] == "always"
+    (origin,) = [o for o in _distribution(template)["Origins"] if "S3OriginConfig" in o]
+    assert origin["OriginAccessControlId"] == {"Fn::GetAtt": [oac_id, "Id"]}
+    assert origin["DomainName"] == {"Fn::GetAtt": [bucket_id, "RegionalDomainName"]}
+
+
+def test_hosting__client_compressed_cached_as_told__api_forwarded_uncached(template: dict[str, Any]) -> None:
+    config = _distribution(template)
+    default = config["DefaultCacheBehavior"]
+    assert default["Compress"] is True and config["DefaultRootObject"] == "index.html"
+    cache = template["Resources"][default["CachePolicyId"]["Ref"]]["Properties"]["CachePolicyConfig"]
+    # The objects' own Cache-Control decides (no-cache revalidates: MinTTL 0); gzip and brotli served.
+    assert cache["MinTTL"] == 0 and cache["MaxTTL"] >= 31_536_000
+    keyed = cache["ParametersInCacheKeyAndForwardedToOrigin"]
+    assert keyed["EnableAcceptEncodingGzip"] is True and keyed["EnableAcceptEncodingBrotli"] is True
+    (api,) = config["CacheBehaviors"]
+    assert api["PathPattern"] == "/api/*"
+    assert set(api["AllowedMethods"]) == {"GET", "HEAD", "OPTIONS", "PUT", "PATCH", "POST", "DELETE"}
+    assert api["CachePolicyId"] == "4135ea2d-6df8-44a3-9df3-4b5a84be39ad"  # managed CachingDisabled
+    # managed AllViewerExceptHostHeader: Authorization, every other header and the query string, not Host
+    assert api["OriginRequestPolicyId"] == "b689b0a8-53d0-40ab-baf2-68738e2966ac"
+    (origin,) = [o for o in config["Origins"] if o["Id"] == api["TargetOriginId"]]
+    assert origin["DomainName"] == {"Fn::Sub": "${RestAPI}.execute-api.${AWS::Region}.amazonaws.com"}
+    stage = template["Resources"]["RestAPI"]["Properties"]["StageName"]
+    assert origin["OriginPath"] == f"/{stage}"
+    assert template["Resources"]["RestAPI"]["Properties"]["EndpointConfiguration"] == "REGIONAL"
+    paths = template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]["paths"]
+    assert paths and all(p.startswith("/api/") for p in paths)  # the function serves no file
+
+
+def test_hosting__security_headers_policy__attached_to_both_behaviours(template: dict[str, Any]) -> None:
+    config = _distribution(template)
+    policies = {b["ResponseHeadersPolicyId"]["Ref"] for b in [config["DefaultCacheBehavior"],
+                                                               *config["CacheBehaviors"]]}
+    (policy_id,) = policies
+    security = template["Resources"][policy_id]["Properties"]["ResponseHeadersPolicyConfig"]["SecurityHeadersConfig"]
+    csp = security["ContentSecurityPolicy"]["ContentSecurityPolicy"]
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+    assert security["ContentTypeOptions"]["Override"] is True
+    assert security["FrameOptions"]["FrameOption"] == "DENY"
+    assert security["ReferrerPolicy"]["ReferrerPolicy"] == "no-referrer"
+    assert security["StrictTransportSecurity"]["AccessControlMaxAgeSec"] >= 31_536_000
+    # One definition: the local server sends exactly these (chalicelib/hosting.py)
+    assert hosting.SECURITY_HEADERS == {
+        "Content-Security-Policy": csp, "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": security["FrameOptions"]["FrameOption"],
+        "Referrer-Policy": security["ReferrerPolicy"]["ReferrerPolicy"],
+        "Strict-Transport-Security": f"max-age={security['StrictTransportSecurity']['AccessControlMaxAgeSec']}; "
+                                     "includeSubDomains"}
+
+
+def test_cors__allowed_origins_parameter__empty_default__preflight_mock_per_route(template: dict[str, Any]) -> None:
+    param = template["Parameters"]["AllowedOrigins"]
+    assert param["Type"] == "CommaDelimitedList" and param["Default"] == ""
+    env = template["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"]
+    assert env["CLARIFY_CORS_ORIGINS"] == {"Fn::Join": [",", {"Ref": "AllowedOrigins"}]}
+    for path, item in template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]["paths"].items():
+        integration = item["options"]["x-amazon-apigateway-integration"]
+        assert integration["type"] == "mock" and "security" not in item["options"], path
+        vtl = json.dumps(integration["responses"]["default"]["responseTemplates"])
+        assert "Access-Control-Allow-Origin = $origin" in vtl and '{"Ref": "AllowedOrigins"}' in vtl
+
+
+@pytest.fixture
+def client_bucket(template: dict[str, Any], emulator: EmulatorThread) -> str:
+    """The template's bucket through the emulator's CloudFormation; returns the stack name."""
+    name = f"client{uuid.uuid4().hex[:6]}"
+    resources = {k: v for k, v in template["Resources"].items() if v["Type"] == "AWS::S3::Bucket"}
+    body = {"AWSTemplateFormatVersion": "2010-09-09", "Resources": resources,
+            "Outputs": {"ClientBucketName": template["Outputs"]["ClientBucketName"]}}
+    _aws(emulator, "cloudformation").create_stack(StackName=name, TemplateBody=json.dumps(body))
+    return name
+
+
+def test_deploy_client__objects_typed_and_cached__entry_points_revalidated(
+        client_bucket: str, emulator: EmulatorThread, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", emulator.url)
+    assert deploy_client.main(["--stack", client_bucket]) == 0
+    bucket = deploy_client.stack_bucket(_aws(emulator, "cloudformation"), client_bucket)
+    s3 = _aws(emulator, "s3")
+    version = hosting.version()
+    index = s3.get_object(Bucket=bucket, Key="index.html")
+    assert index["ContentType"] == "text/html; charset=utf-8" and index["CacheControl"] == "no-cache"
+    html = index["Body"].read().decode()
+    assert f'src="/web/{version}/app.js"' in html and 'src="/web/app.js"' not in html
+    sw = s3.get_object(Bucket=bucket, Key="sw.js")
+    assert sw["CacheControl"] == "no-cache" and f"/web/{version}/app.js" in sw["Body"].read().decode()
+    for key, kind in (("app.js", "text/javascript; charset=utf-8"), ("style.css", "text/css; charset=utf-8"),
+                      ("icon.svg", "image/svg+xml"), ("manifest.webmanifest", "application/manifest+json")):
+        head = s3.head_object(Bucket=bucket, Key=f"web/{version}/{key}")
+        assert (head["ContentType"], head["CacheControl"]) == (kind, "public, max-age=31536000, immutable")
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert keys == {o.key for o in hosting.objects()}
+    assert "web/index.html" not in keys and f"web/{version}/index.html" not in keys

@@ -92,6 +92,23 @@ class PumpThread:
         self._thread.join(5)
 
 
+# Each violation of the page's Content-Security-Policy, as the browser reports it to the page (the event) and
+# to its console; recorded from the first document of the page on, reloads included.
+_CSP_LISTENER = """
+document.addEventListener("securitypolicyviolation", (e) => window.__cspViolation(
+  `${e.effectiveDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber}`));
+"""
+
+
+def watch_csp(page: Page) -> list[str]:
+    violations: list[str] = []
+    page.expose_binding("__cspViolation", lambda _source, text: violations.append(str(text)))
+    page.add_init_script(_CSP_LISTENER)
+    page.on("console", lambda msg: violations.append(msg.text)
+            if "Content Security Policy" in msg.text else None)
+    return violations
+
+
 def new_context(browser: Browser, viewport: str, **extra: Any) -> BrowserContext:
     context = browser.new_context(**VIEWPORTS[viewport], device_scale_factor=1, **extra)
     context.set_default_timeout(UI_TIMEOUT)
@@ -105,6 +122,7 @@ class Ui:
         self.step = 0
         self.errors: list[str] = []
         page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.csp_violations = watch_csp(page)
         SHOTS.mkdir(parents=True, exist_ok=True)
 
     @property

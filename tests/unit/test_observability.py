@@ -1,5 +1,6 @@
-"""The observability module: ids bound per scope, the two line formats, EMF documents, and the metrics the
-services emit (resume's ambiguous dispatch, the reconciler's report) over the in-memory world."""
+"""The observability module: ids bound per scope, the two line formats, EMF documents (Powertools Metrics:
+a metric's values are a list), and the metrics the services emit (resume's ambiguous dispatch, the
+reconciler's report) over the in-memory world."""
 from __future__ import annotations
 
 import contextvars
@@ -64,6 +65,8 @@ def test_formats__json_line_and_readable_line__carry_ids_and_fields() -> None:
     doc = json.loads(obs.JsonFormatter().format(record))
     assert (doc["message"], doc["request_id"], doc["function_request_id"], doc["session"], doc["status"]) == (
         "respond 200", "r1", "r1", "s1", 200)
+    assert doc["level"] == "INFO" and doc["service"] == obs.service() and "location" in doc  # Powertools' shape
+    assert "clarify_ids" not in doc and "fields" not in doc
     line = obs.TextFormatter().format(record)
     assert "INFO  test.formats: respond 200  request_id=r1 session=s1 status=200" in line
 
@@ -100,7 +103,7 @@ def test_resume__agent_outcome_unknown__ambiguous_dispatch_metric(records: Recor
         w.respond(cid, ANSWER)
 
     [doc] = records.metrics(obs.AMBIGUOUS_DISPATCHES)
-    assert doc["path"] == "resume" and doc[obs.AMBIGUOUS_DISPATCHES] == 1
+    assert doc["path"] == "resume" and doc[obs.AMBIGUOUS_DISPATCHES] == [1]
 
 
 def test_reconcile__attempted_prompt__ambiguous_and_repair_metrics(records: Records) -> None:
@@ -116,7 +119,7 @@ def test_reconcile__attempted_prompt__ambiguous_and_repair_metrics(records: Reco
     assert report.prompts_ambiguous == 1
     assert [d["path"] for d in records.metrics(obs.AMBIGUOUS_DISPATCHES)] == ["prompt", "reconciler"]
     assert [(d["kind"], d[obs.RECONCILER_REPAIRS]) for d in records.metrics(obs.RECONCILER_REPAIRS)] == [
-        ("prompts_ambiguous", 1)]
+        ("prompts_ambiguous", [1])]
 
 
 def test_reconcile__an_unrepairable_session__quarantines_metric(records: Records) -> None:
@@ -128,4 +131,4 @@ def test_reconcile__an_unrepairable_session__quarantines_metric(records: Records
     report = reconcile(w.deps, before_traffic=True)
 
     assert report.quarantined == [sid]
-    assert [d[obs.QUARANTINES] for d in records.metrics(obs.QUARANTINES)] == [1]
+    assert [d[obs.QUARANTINES] for d in records.metrics(obs.QUARANTINES)] == [[1]]

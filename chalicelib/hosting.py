@@ -1,0 +1,104 @@
+"""How the web client is served, defined once: the security headers, the files, their types and caching.
+
+In AWS the client lives in a private S3 bucket behind CloudFront: infra/hosting.py renders the response
+headers policy from SECURITY_HEADERS' parts, and scripts/deploy-client uploads `objects()`. Locally the
+API server serves the same files with the same headers (scripts/local/api_server.py). The API function never
+serves them.
+
+Versioned assets: every file but the two fixed entry points is uploaded under `web/<version>/`, `version`
+being a hash of the whole client, and cached for a year; `index.html` (served at "/") and `sw.js` (at
+"/sw.js", whose scope is the whole client) are revalidated on every load and point at that version.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+WEB_ROOT = Path(__file__).resolve().parent / "web"
+
+# ------------------------------------------------------------------ security headers (every answer, API too)
+CSP = "; ".join([
+    "default-src 'self'",  # nothing inline, nothing from another origin
+    "base-uri 'none'",
+    "object-src 'none'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",  # the page holds a token: it is never framed
+])
+REFERRER_POLICY = "no-referrer"
+FRAME_OPTION = "DENY"  # frame-ancestors for browsers that predate it
+HSTS_MAX_AGE = 63_072_000  # two years
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": FRAME_OPTION,
+    "Referrer-Policy": REFERRER_POLICY,
+    "Strict-Transport-Security": f"max-age={HSTS_MAX_AGE}; includeSubDomains",
+}
+
+# ------------------------------------------------------------------ files
+TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
+         ".webmanifest": "application/manifest+json"}
+TEXT = (".html", ".js", ".css", ".svg", ".webmanifest")
+ENTRY_POINTS = {"/": "index.html", "/sw.js": "sw.js"}  # fixed URLs, revalidated on every load
+ASSET_PREFIX = "/web/"
+REVALIDATE = "no-cache"
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+@dataclass(frozen=True)
+class ClientObject:
+    key: str  # the S3 key: the URL path without its leading "/"
+    body: bytes
+    content_type: str
+    cache_control: str
+
+
+def client_files() -> list[str]:
+    """The client's file names (one flat directory)."""
+    return sorted(p.name for p in WEB_ROOT.iterdir() if p.is_file() and p.suffix in TYPES)
+
+
+def version() -> str:
+    """A hash of every file's name and content: a new client gets new asset URLs."""
+    digest = hashlib.sha256()
+    for name in client_files():
+        digest.update(name.encode() + b"\0" + (WEB_ROOT / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def _body(name: str, prefix: str) -> bytes:
+    raw = (WEB_ROOT / name).read_bytes()
+    if prefix == ASSET_PREFIX or not name.endswith(TEXT):
+        return raw
+    return raw.replace(ASSET_PREFIX.encode(), prefix.encode())
+
+
+def objects() -> list[ClientObject]:
+    """What the deploy uploads: versioned assets first, the entry points last (they reference the assets)."""
+    v = version()
+    prefix = f"{ASSET_PREFIX}{v}/"
+    entries = set(ENTRY_POINTS.values())
+    assets = [ClientObject(f"{prefix[1:]}{name}", _body(name, prefix), TYPES[Path(name).suffix], IMMUTABLE)
+              for name in client_files() if name not in entries]
+    return assets + [ClientObject(name, _body(name, prefix), TYPES[Path(name).suffix], REVALIDATE)
+                     for name in sorted(entries)]
+
+
+def is_client_path(path: str) -> bool:
+    """The client's part of the URL space (CloudFront sends the rest, /api/*, to the API)."""
+    return path in ENTRY_POINTS or path.startswith(ASSET_PREFIX)
+
+
+def local_file(path: str) -> tuple[str, bytes, str] | None:
+    """The file the local server answers `path` (no query) with, as (content type, body, cache control):
+    an exact match only, so `/web/app.js/` or `/web/app.js;.html` is no file."""
+    name = ENTRY_POINTS.get(path)
+    if name is None and path.startswith(ASSET_PREFIX):
+        candidate = path[len(ASSET_PREFIX):]
+        if candidate in client_files() and candidate not in ENTRY_POINTS.values():
+            name = candidate
+    if name is None:
+        return None
+    return TYPES[Path(name).suffix], _body(name, ASSET_PREFIX), REVALIDATE
