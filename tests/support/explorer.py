@@ -278,6 +278,22 @@ def s_resume_reply_lost(w: World) -> Ctx:
     return ctx
 
 
+def s_two_detached(w: World) -> Ctx:
+    """The agent asked twice in one turn and stopped waiting: two questions open, both answerable."""
+    ctx = s_live(w)
+    ctx["other_bundle"] = w.ask(ctx["main"])
+    w.complete_turn(ctx["main"])
+    return ctx
+
+
+def s_open_turn_refusing(w: World) -> Ctx:
+    """The waiter gave up while the agent's turn is still open; the agent will refuse the resume."""
+    ctx = s_live(w)
+    clarifications.detach(w.deps, agent_of(ctx["main"]), ctx["bundle"])
+    ctx["agent_script"] = ("reject",)
+    return ctx
+
+
 def s_refusing(w: World) -> Ctx:
     """Idle; the agent refuses the next prompt (the admitted message's remembered reply becomes the error)."""
     ctx = s_idle(w)
@@ -367,6 +383,13 @@ def op_respond(w: World, deps: Deps, ctx: Ctx) -> None:
     """An answer with nobody confirming: live falls through to a resume, detached resumes at once."""
     b = _bundle(w, ctx)
     w.respond_answer(w.answer(b.id, allow_retired=True), deps)
+
+
+def op_respond_other(w: World, deps: Deps, ctx: Ctx) -> None:
+    """An answer to the other question open in the same turn (another device, another question)."""
+    if not ctx.get("other_bundle"):
+        raise _Invalid("no other question open")
+    w.respond_answer(w.answer(ctx["other_bundle"], allow_retired=True), deps)
 
 
 def op_skip(w: World, deps: Deps, ctx: Ctx) -> None:
@@ -547,6 +570,9 @@ CATALOG = [
     Operation("steer a late answer", s_superseded_running, op_late_steer),
     Operation("send, the agent refuses", s_refusing, op_send),
     Operation("respond detached, the agent's reply lost", s_resume_reply_lost, op_respond),
+    Operation("respond detached, two questions open", s_two_detached, op_respond),
+    Operation("respond to the other open question", s_two_detached, op_respond_other),
+    Operation("respond detached in an open turn, the agent refuses", s_open_turn_refusing, op_respond),
     Operation("stream catches up", s_unpumped, op_stream),
     Operation("ask in a long session: closed questions move to history", s_archivable, op_ask),
     Operation("delete an archived question", s_archived, op_delete_question),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.explorer import CATALOG, Case, Operation, boundaries, case
-from tests.support.mutations import MUTANTS, Mutant
+from tests.support.mutations import MUTANTS, UNOBSERVABLE, Mutant
 
 REPORT = Path(__file__).resolve().parents[2] / "artifacts" / "interleavings" / "mutations.txt"
 SHARDS = 4
@@ -69,7 +69,11 @@ def hunt(mutant: Mutant) -> tuple[int, Case | None]:
 
 
 def _shard(k: int) -> list[Mutant]:
-    return MUTANTS[k::SHARDS]
+    return [m for m in MUTANTS if m.name not in UNOBSERVABLE][k::SHARDS]
+
+
+def test_unobservable__names_real_mutants() -> None:
+    assert set(UNOBSERVABLE) <= {m.name for m in MUTANTS}
 
 
 @pytest.mark.timeout(1800)
