@@ -110,6 +110,12 @@ class LocalStack:
         return sign_in(aws.client("cognito-idp", endpoint_url=self.endpoint),
                        os.environ["CLARIFY_USER_POOL_CLIENT_ID"], email, password)
 
+    def keyring_agent_token(self, session_id: str, workspace: str = "ws-1") -> str:
+        """An agent token as dispatch mints it: signed with the current key of the stack's agent keyring."""
+        agents = bootstrap.authenticator().agents
+        assert agents is not None
+        return agents.mint(workspace, session_id)
+
     def agent_token(self, session_id: str, workspace: str = "ws-1") -> str:
         return mint(bootstrap.auth_secret(), sub=f"agent:{session_id}", role="agent", workspace_id=workspace,
                     session_id=session_id)
