@@ -53,9 +53,17 @@ def test_rs256__pool_signature__verifies_and_any_change_does_not() -> None:
     raw = rs256.base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
     assert rs256.verify(key, signing_input.encode(), raw)
     assert not rs256.verify(key, signing_input.encode() + b" ", raw)
-    assert not rs256.verify(key, signing_input.encode(), raw[:-1])  # wrong length
-    assert not rs256.verify(key, signing_input.encode(), (key.n + 1).to_bytes(key.size + 1, "big")[1:])  # s >= n
+    assert not rs256.verify(key, signing_input.encode(), raw[:-1])
     assert not rs256.verify(key, signing_input.encode(), bytes(key.size))
+    # The same number in other clothes: with a leading zero byte, and plus n (s + n = s modulo n).
+    assert not rs256.verify(key, signing_input.encode(), b"\x00" + raw)
+    for n in range(64):  # a signature small enough that s + n still has the key's length (most are)
+        signing_input, _, signature = pool.sign(pool.access_claims(sub=f"u{n}")).rpartition(".")
+        s = int.from_bytes(rs256.base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)), "big")
+        if s + key.n < 256 ** key.size:
+            break
+    assert rs256.verify(key, signing_input.encode(), s.to_bytes(key.size, "big"))
+    assert not rs256.verify(key, signing_input.encode(), (s + key.n).to_bytes(key.size, "big"))
 
 
 @pytest.mark.parametrize("change", [{"kty": "EC"}, {"alg": "RS512"}, {"use": "enc"}, {"n": "AQAB"}, {"e": "Ag"},
