@@ -11,7 +11,7 @@ from chalicelib.api import static
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
 from chalicelib.auth.tokens import Caller
-from chalicelib.bootstrap import authenticator, deps
+from chalicelib.bootstrap import authenticator, deps, sign_in_config
 from chalicelib.domain import commands
 from chalicelib.domain import public as views
 from chalicelib.domain import validation as v
@@ -58,6 +58,11 @@ def bearer(auth_request: Any) -> AuthResponse:
 @app.route(V1 + "/health", methods=["GET"])
 def health() -> Any:
     return json_response(*stream_health.health(deps()))
+
+
+@app.route(V1 + "/auth/config", methods=["GET"])
+def auth_config() -> Any:
+    return json_response(200, sign_in_config())
 
 
 @app.route(V1 + "/openapi.json", methods=["GET"])

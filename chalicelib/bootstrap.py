@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import aws
 from .auth.agent_keys import AgentKeys, secret_store
@@ -59,6 +59,16 @@ def agent_keys() -> AgentKeys | None:
     """CLARIFY_AGENT_KEYS_SECRET: the secret holding the agent-token keyring (read on first use)."""
     secret = os.environ.get("CLARIFY_AGENT_KEYS_SECRET", "").strip()
     return AgentKeys(secret_store(secret), max_lifetime=token_max_lifetime()) if secret else None
+
+
+def sign_in_config() -> dict[str, Any]:
+    """What the web client needs to sign in (public): the pool's app client and the Cognito endpoint to call
+    (the emulator's locally), and whether this stage takes development tokens."""
+    pool = user_pool()
+    return {"user_pool": None if pool is None else {
+                "client_id": pool.client_id, "region": pool.region,
+                "endpoint": aws.emulator_endpoint() or f"https://cognito-idp.{pool.region}.amazonaws.com/"},
+            "development_tokens": stage() == LOCAL_STAGE}
 
 
 def build_authenticator() -> Authenticator:

@@ -12,6 +12,8 @@ from . import boundary, schemas
 SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
     ("GET", "/api/v1/health"): ("Readiness: 200 once the reconciler succeeded, else 503 not_ready", 200),
     ("GET", "/api/v1/openapi.json"): ("This document", 200),
+    ("GET", "/api/v1/auth/config"): (
+        "How to sign in: the user pool's app client and Cognito endpoint, whether development tokens work", 200),
     ("GET", "/"): ("The web client", 200),
     ("GET", "/web/{name}"): ("A file of the web client", 200),
     ("GET", "/sw.js"): ("The web client's service worker (served at the root: its scope is the whole client)", 200),

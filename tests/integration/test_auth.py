@@ -48,7 +48,7 @@ def world(stack: LocalStack, user: ApiClient, sim: SimAgent) -> World:
 
 
 # ------------------------------------------------------------------ public routes
-def test_route_table__public_api_routes__only_health_and_openapi(stack: LocalStack) -> None:
+def test_route_table__public_api_routes__only_health_openapi_and_sign_in_config(stack: LocalStack) -> None:
     public = set(all_routes()) - set(authorized_routes())
     assert {(m, p) for m, p in public if p.startswith(V1 + "/")} == PUBLIC
     # Outside the API only static files (the web client) may be public: they can change nothing.

@@ -80,3 +80,8 @@ def with_kid(token: str, kid: str) -> str:
     head["kid"] = kid
     new = base64.urlsafe_b64encode(json.dumps(head).encode()).rstrip(b"=").decode()
     return f"{new}.{payload}.{signature}"
+
+
+def claims(token: str) -> dict[str, Any]:
+    """A token's claims, unverified (what a test reads back from the browser)."""
+    return dict(jwt.decode(token, options={"verify_signature": False}))

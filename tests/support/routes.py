@@ -18,7 +18,7 @@ from tests.support.wait import DEADLINE
 
 V1 = "/api/v1"
 AGENT_PREFIX = V1 + "/agent/"
-PUBLIC = {("GET", V1 + "/health"), ("GET", V1 + "/openapi.json")}
+PUBLIC = {("GET", V1 + "/health"), ("GET", V1 + "/openapi.json"), ("GET", V1 + "/auth/config")}
 ASK = ("POST", V1 + "/agent/sessions/{session_id}/clarifications")
 DETACH = ("POST", V1 + "/agent/clarifications/{clarification_id}/detach")
 QUESTIONS = {"questions": [{"question_id": "q1", "prompt": "Which database?",
