@@ -29,9 +29,13 @@ def test_prod_stage__development_token_refused__pool_and_keyring_tokens_accepted
         stack: LocalStack, sim: SimAgent, monkeypatch: pytest.MonkeyPatch) -> None:
     dev = ApiClient(stack.url, stack.user_token())
     assert dev.get("/tasks").status_code == 200  # the local stage takes it
+    config = requests.get(f"{stack.url}/api/v1/auth/config", timeout=30).json()
+    assert config == {"development_tokens": True, "user_pool": {
+        "client_id": os.environ["CLARIFY_USER_POOL_CLIENT_ID"], "region": "us-east-1", "endpoint": stack.endpoint}}
     monkeypatch.setenv("CLARIFY_STAGE", "prod")
     bootstrap.override(None)  # a new container of the prod stage (the same tables, pool and keyring)
     try:
+        assert requests.get(f"{stack.url}/api/v1/auth/config", timeout=30).json()["development_tokens"] is False
         refused = dev.get("/tasks")
         assert (refused.status_code, refused.json()["error"]["code"]) == (401, "unauthorized")
         agent = ApiClient(stack.url, stack.agent_token("s-1"))
