@@ -22,7 +22,8 @@ export function workspaceOf(token) {
 
 /** Remove everything this client kept in `storage` (tokens, drafts, snapshots): nothing of a user survives. */
 export function forget(storage) {
-  for (const key of Object.keys(storage)) if (key.startsWith("clarify.")) storage.removeItem(key);
+  const keys = Array.from({ length: storage.length }, (_, i) => storage.key(i));
+  for (const key of keys) if (key?.startsWith("clarify.")) storage.removeItem(key);
 }
 
 // Read from storage at each use: the tabs of one browser share one sign-in, and a refresh in one serves them all.
