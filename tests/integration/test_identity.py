@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from dataclasses import replace
 
 import pytest
 import requests
 
 from chalicelib import aws, bootstrap
 from chalicelib.auth.agent_keys import AgentKeys, secret_store
-from chalicelib.auth.pool import WORKSPACE_GROUP
+from chalicelib.auth.pool import WORKSPACE_GROUP, PoolVerifier, UserPool
 from scripts import clarify_ops as ops
 from scripts.local.identity import sign_in
 from scripts.local.sim_agent import SimAgent
@@ -53,6 +54,21 @@ def test_prod_stage__development_token_refused__pool_and_keyring_tokens_accepted
     finally:
         monkeypatch.setenv("CLARIFY_STAGE", "local")
         bootstrap.override(None)
+
+
+def test_pool_keys_unreachable__retryable_500_not_a_401_or_a_dropped_connection(
+        stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 401 would sign the user out; a closed connection says nothing. The gateway's 5xx says: try again."""
+    real = bootstrap.authenticator()
+    unreachable = UserPool(os.environ["CLARIFY_USER_POOL_ID"], os.environ["CLARIFY_USER_POOL_CLIENT_ID"],
+                           "http://127.0.0.1:9/.well-known/jwks.json")
+    monkeypatch.setattr(bootstrap, "_auth", replace(real, users=PoolVerifier(unreachable)))
+    headers = {"Authorization": f"Bearer {stack.pool_tokens('ws-1')['AccessToken']}"}
+    resp = requests.get(f"{stack.url}/api/v1/tasks", headers=headers, timeout=30)
+    assert resp.status_code == 500 and resp.json()["error"] == {
+        "code": "gateway_error", "message": "the authorizer failed", "retryable": True}
+    monkeypatch.setattr(bootstrap, "_auth", real)
+    assert requests.get(f"{stack.url}/api/v1/tasks", headers=headers, timeout=30).status_code == 200
 
 
 def _header(token: str) -> str:
