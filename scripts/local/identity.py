@@ -59,10 +59,12 @@ def new_password() -> str:
     return "".join(picks) + secrets.token_urlsafe(12)
 
 
-def add_user(cognito: Any, pool_id: str, email: str, workspace: str, *, password: str | None = None) -> str:
+def add_user(cognito: Any, pool_id: str, email: str, workspace: str, *, password: str | None = None,
+             move: bool = False) -> str:
     """Create the user (unless it exists) and put it in `workspace`'s group. With `password` the password is
     set permanently (locally, tests); without, Cognito emails a temporary one to be changed at first sign-in.
-    A user already in another workspace is refused (ValueError): a user belongs to one workspace."""
+    A user already in another workspace is refused (ValueError), or with `move` taken out of it: a user belongs
+    to one workspace."""
     group = WORKSPACE_GROUP + workspace
     try:
         cognito.admin_create_user(
@@ -75,8 +77,10 @@ def add_user(cognito: Any, pool_id: str, email: str, workspace: str, *, password
         cognito.admin_set_user_password(UserPoolId=pool_id, Username=email, Password=password, Permanent=True)
     groups = [g["GroupName"] for g in cognito.admin_list_groups_for_user(UserPoolId=pool_id, Username=email)["Groups"]]
     others = [g for g in groups if g.startswith(WORKSPACE_GROUP) and g != group]
-    if others:
+    if others and not move:
         raise ValueError(f"{email} is already in workspace {others[0][len(WORKSPACE_GROUP):]!r}")
+    for other in others:
+        cognito.admin_remove_user_from_group(UserPoolId=pool_id, Username=email, GroupName=other)
     try:
         cognito.create_group(UserPoolId=pool_id, GroupName=group, Description=f"Clarify workspace {workspace}")
     except cognito.exceptions.GroupExistsException:

@@ -199,7 +199,7 @@ def main() -> int:
         os.environ.update(env)
         password = new_password()
         add_user(aws.client("cognito-idp", endpoint_url=endpoint), env["CLARIFY_USER_POOL_ID"], args.email,
-                 args.workspace, password=password)
+                 args.workspace, password=password, move=True)  # the workspace this start asks for
         print(f"user pool: {env['CLARIFY_USER_POOL_ID']} app client: {env['CLARIFY_USER_POOL_CLIENT_ID']}", flush=True)
         bus = ensure_bus(env["CLARIFY_EVENT_BUS"], endpoint)
         print(f"event bus: {bus.name} (watch its events: scripts/bus-tail)", flush=True)
