@@ -219,3 +219,14 @@ def test_bootstrap__prod_stage_without_pool_or_keyring__fails_loudly(monkeypatch
     monkeypatch.setenv("CLARIFY_AGENT_KEYS_SECRET", "keys")
     with pytest.raises(RuntimeError, match="CLARIFY_USER_POOL_ID"):
         bootstrap.build_authenticator()
+
+
+def test_keyring__as_the_template_s_generated_secret__parses() -> None:
+    """Secrets Manager adds GenerateStringKey, with a generated string of PasswordLength characters, to the
+    SecretStringTemplate object (the emulator's CloudFormation cannot create the secret, so built here)."""
+    from infra.identity import AGENT_KEYS, identity_resources
+    spec = identity_resources("clarify", "prod")[AGENT_KEYS]["Properties"]["GenerateSecretString"]
+    secret = {**json.loads(spec["SecretStringTemplate"]), spec["GenerateStringKey"]: "x" * spec["PasswordLength"]}
+    ring = Keyring.parse(json.dumps(secret))
+    assert ring.current == spec["GenerateStringKey"] and spec["ExcludePunctuation"] is True
+    assert AgentKeys(lambda: json.dumps(secret)).mint("ws-1", "s-1")
