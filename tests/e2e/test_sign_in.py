@@ -135,3 +135,56 @@ def test_sign_in__user_in_no_workspace__told_so_plainly(page: Page, web_stack: L
 def eval_json(text: str) -> dict[str, object]:
     import json
     return dict(json.loads(text))
+
+
+def test_sign_in__authenticator_app_enabled__asks_for_its_code(page: Page, web_stack: LocalStack, workspace: str,
+                                                              flow: Flow) -> None:
+    """MFA is optional (TOTP): a user who added an authenticator app is asked for its code after the password."""
+    import os
+
+    from moto.cognitoidp.models import COGNITO_TOTP_MFA_SECRET
+    from moto.cognitoidp.utils import cognito_totp
+
+    from chalicelib import aws
+    from scripts.local.identity import sign_in as api_sign_in
+    cognito = aws.client("cognito-idp", endpoint_url=web_stack.endpoint)
+    email, password = web_stack.pool_user(workspace)
+    access = api_sign_in(cognito, os.environ["CLARIFY_USER_POOL_CLIENT_ID"], email, password)["AccessToken"]
+    secret = cognito.associate_software_token(AccessToken=access)["SecretCode"]
+    assert secret == COGNITO_TOTP_MFA_SECRET  # the emulator's one secret: the test can compute its codes
+
+    def code() -> str:
+        return str(cognito_totp(secret).generate(int(time.time())).decode())
+    cognito.verify_software_token(AccessToken=access, UserCode=code())
+    cognito.set_user_mfa_preference(AccessToken=access,
+                                    SoftwareTokenMfaSettings={"Enabled": True, "PreferredMfa": True})
+    flow.task("Behind a second factor")
+    page.goto(f"{web_stack.url}/")
+    page.locator("#email-input").fill(email)
+    page.locator("#password-input").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_label("Code from your authenticator app").fill(code())
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator(".task-panel")).to_contain_text("Behind a second factor")
+
+
+def test_sign_in__user_added_by_an_operator__chooses_a_password_at_first_sign_in(
+        page: Page, web_stack: LocalStack, workspace: str, flow: Flow) -> None:
+    import os
+
+    from chalicelib import aws
+    from scripts import clarify_ops as ops
+    from scripts.local.identity import new_password
+    email = f"new-{int(time.time() * 1000)}@example.com"
+    assert ops.main(["user", "add", email, "--workspace", workspace], out=lambda line: None) == ops.OK
+    temporary, chosen = new_password(), new_password()  # the emulator sends no email: set the temporary one
+    aws.client("cognito-idp", endpoint_url=web_stack.endpoint).admin_set_user_password(
+        UserPoolId=os.environ["CLARIFY_USER_POOL_ID"], Username=email, Password=temporary, Permanent=False)
+    flow.task("Waiting for the new user")
+    page.goto(f"{web_stack.url}/")
+    page.locator("#email-input").fill(email)
+    page.locator("#password-input").fill(temporary)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_label("Choose a new password").fill(chosen)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator(".task-panel")).to_contain_text("Waiting for the new user")
