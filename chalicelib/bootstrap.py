@@ -121,10 +121,11 @@ def build() -> Deps:
     from .store.feed_index import DynamoFeedIndex
 
     configure_tables()
-    auth = authenticator()
     bus = event_bus()
 
     def agent_token(workspace_id: str, session_id: str) -> str:
+        # The stage's trust is needed by a dispatch only: an operator's command that reads never asks for it.
+        auth = authenticator()
         if auth.agents is not None:
             return auth.agents.mint(workspace_id, session_id)
         assert auth.dev_secret  # the local stage without a keyring: development tokens

@@ -230,3 +230,20 @@ def test_keyring__as_the_template_s_generated_secret__parses() -> None:
     ring = Keyring.parse(json.dumps(secret))
     assert ring.current == spec["GenerateStringKey"] and spec["ExcludePunctuation"] is True
     assert AgentKeys(lambda: json.dumps(secret)).mint("ws-1", "s-1")
+
+
+def test_bootstrap__prod_stage_reads_need_no_keys__a_dispatch_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator's read-only command on the prod stage (clarify-ops session) builds the dependencies without
+    the stage's pool or keyring; minting an agent token asks for them, by name."""
+    monkeypatch.setenv("CLARIFY_STAGE", "prod")
+    monkeypatch.setenv("CLARIFY_EVENT_BUS", "none")
+    monkeypatch.delenv("CLARIFY_USER_POOL_ID")
+    monkeypatch.delenv("CLARIFY_AGENT_KEYS_SECRET", raising=False)
+    saved = bootstrap._auth
+    bootstrap._auth = None
+    try:
+        deps = bootstrap.build()
+        with pytest.raises(RuntimeError, match="CLARIFY_AGENT_KEYS_SECRET"):
+            deps.agent_token("ws-1", "s-1")
+    finally:
+        bootstrap._auth = saved
