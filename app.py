@@ -10,8 +10,8 @@ from chalicelib import observability as obs
 from chalicelib.api import cors
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
-from chalicelib.auth.tokens import Caller, verify
-from chalicelib.bootstrap import auth_secret, deps, token_max_lifetime
+from chalicelib.auth.tokens import Caller
+from chalicelib.bootstrap import authenticator, deps, sign_in_config
 from chalicelib.domain import commands
 from chalicelib.domain import public as views
 from chalicelib.domain import validation as v
@@ -45,9 +45,10 @@ STREAM_PLACEHOLDER = "arn:aws:dynamodb:us-east-1:000000000000:table/{table}/stre
 
 @app.authorizer(ttl_seconds=0)
 def bearer(auth_request: Any) -> AuthResponse:
-    """Verifies the JWT; a bad token is denied (the gateway answers 401 in our error envelope)."""
+    """Who is calling (chalicelib/auth/identity.py); a bad token is denied (the gateway answers 401 in our error
+    envelope)."""
     try:
-        caller = verify(auth_request.token or "", auth_secret(), max_lifetime=token_max_lifetime())
+        caller = authenticator().caller(auth_request.token or "")
     except Unauthorized:
         return AuthResponse(routes=[], principal_id="anonymous")
     return AuthResponse(routes=["*"], principal_id=caller.sub, context=caller.as_context())
@@ -57,6 +58,11 @@ def bearer(auth_request: Any) -> AuthResponse:
 @app.route(V1 + "/health", methods=["GET"])
 def health() -> Any:
     return json_response(*stream_health.health(deps()))
+
+
+@app.route(V1 + "/auth/config", methods=["GET"])
+def auth_config() -> Any:
+    return json_response(200, sign_in_config())
 
 
 @app.route(V1 + "/openapi.json", methods=["GET"])

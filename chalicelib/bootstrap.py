@@ -12,9 +12,12 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import aws
+from .auth.agent_keys import AgentKeys, secret_store
+from .auth.identity import LOCAL_STAGE, Authenticator
+from .auth.pool import PoolVerifier, UserPool
 from .auth.tokens import DEFAULT_MAX_LIFETIME, mint
 from .services.deps import Deps, Settings
 
@@ -23,8 +26,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 NO_BUS = "none"
-_lock = threading.Lock()
+_lock = threading.RLock()  # deps() builds the authenticator under it
 _deps: Deps | None = None
+_auth: Authenticator | None = None
 
 
 def auth_secret() -> str:
@@ -37,6 +41,56 @@ def auth_secret() -> str:
 def token_max_lifetime() -> int:
     """CLARIFY_TOKEN_MAX_LIFETIME: the longest token lifetime (exp - iat, and exp - now) accepted, in seconds."""
     return int(os.environ.get("CLARIFY_TOKEN_MAX_LIFETIME", DEFAULT_MAX_LIFETIME))
+
+
+def stage() -> str:
+    """CLARIFY_STAGE: the Chalice stage. Only `local` accepts development tokens; unset is not local."""
+    return os.environ.get("CLARIFY_STAGE", "").strip()
+
+
+def user_pool() -> UserPool | None:
+    """CLARIFY_USER_POOL_ID and CLARIFY_USER_POOL_CLIENT_ID: the pool whose access tokens are users."""
+    pool_id, client_id = (os.environ.get(name, "").strip() for name in
+                          ("CLARIFY_USER_POOL_ID", "CLARIFY_USER_POOL_CLIENT_ID"))
+    return UserPool.at(pool_id, client_id, aws.emulator_endpoint()) if pool_id and client_id else None
+
+
+def agent_keys() -> AgentKeys | None:
+    """CLARIFY_AGENT_KEYS_SECRET: the secret holding the agent-token keyring (read on first use)."""
+    secret = os.environ.get("CLARIFY_AGENT_KEYS_SECRET", "").strip()
+    return AgentKeys(secret_store(secret), max_lifetime=token_max_lifetime()) if secret else None
+
+
+def sign_in_config() -> dict[str, Any]:
+    """What the web client needs to sign in (public): the pool's app client and the Cognito endpoint to call
+    (the emulator's locally), and whether this stage takes development tokens."""
+    pool = user_pool()
+    return {"user_pool": None if pool is None else {
+                "client_id": pool.client_id, "region": pool.region,
+                "endpoint": aws.emulator_endpoint() or f"https://cognito-idp.{pool.region}.amazonaws.com/"},
+            "development_tokens": stage() == LOCAL_STAGE}
+
+
+def build_authenticator() -> Authenticator:
+    """The stage's trust: its user pool and agent keyring; the development secret on the local stage only.
+    Any other stage without a pool and a keyring is misconfigured and fails loudly."""
+    pool, keys, local = user_pool(), agent_keys(), stage() == LOCAL_STAGE
+    if not local and (pool is None or keys is None):
+        raise RuntimeError(f"stage {stage() or '(unset)'!r} needs CLARIFY_USER_POOL_ID, CLARIFY_USER_POOL_CLIENT_ID "
+                           "and CLARIFY_AGENT_KEYS_SECRET")
+    return Authenticator(users=PoolVerifier(pool, max_lifetime=token_max_lifetime()) if pool else None,
+                         agents=keys, dev_secret=auth_secret() if local else None,
+                         max_lifetime=token_max_lifetime())
+
+
+def authenticator() -> Authenticator:
+    """Built once per container: the JWKS and the keyring it caches are read once."""
+    global _auth
+    if _auth is None:
+        with _lock:
+            if _auth is None:
+                _auth = build_authenticator()
+    return _auth
 
 
 def configure_tables() -> None:
@@ -67,11 +121,15 @@ def build() -> Deps:
     from .store.feed_index import DynamoFeedIndex
 
     configure_tables()
-    secret = auth_secret()
     bus = event_bus()
 
     def agent_token(workspace_id: str, session_id: str) -> str:
-        return mint(secret, sub=f"agent:{session_id}", role="agent", workspace_id=workspace_id,
+        # The stage's trust is needed by a dispatch only: an operator's command that reads never asks for it.
+        auth = authenticator()
+        if auth.agents is not None:
+            return auth.agents.mint(workspace_id, session_id)
+        assert auth.dev_secret  # the local stage without a keyring: development tokens
+        return mint(auth.dev_secret, sub=f"agent:{session_id}", role="agent", workspace_id=workspace_id,
                     session_id=session_id)
 
     return Deps(
@@ -98,7 +156,10 @@ def deps() -> Deps:
 
 
 def override(value: Deps | None) -> None:
-    """Tests install their own dependencies (or None to rebuild from the environment)."""
-    global _deps
+    """Tests install their own dependencies (or None to rebuild them, and the authenticator, from the
+    environment)."""
+    global _deps, _auth
     with _lock:
         _deps = value
+        if value is None:
+            _auth = None

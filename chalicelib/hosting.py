@@ -1,7 +1,7 @@
 """How the web client is served, defined once: the security headers, the files, their types and caching.
 
 In AWS the client lives in a private S3 bucket behind CloudFront: infra/hosting.py renders the response
-headers policy from SECURITY_HEADERS' parts, and scripts/deploy-client uploads `objects()`. Locally the
+headers policy from security_headers' parts, and scripts/deploy-client uploads `objects()`. Locally the
 API server serves the same files with the same headers (scripts/local/api_server.py). The API function never
 serves them.
 
@@ -14,27 +14,51 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from . import aws
 
 WEB_ROOT = Path(__file__).resolve().parent / "web"
 
 # ------------------------------------------------------------------ security headers (every answer, API too)
-CSP = "; ".join([
-    "default-src 'self'",  # nothing inline, nothing from another origin
-    "base-uri 'none'",
-    "object-src 'none'",
-    "form-action 'self'",
-    "frame-ancestors 'none'",  # the page holds a token: it is never framed
-])
+def csp(identity: str) -> str:
+    """The page's policy. `identity` is the one other origin it may call: the user pool's Cognito endpoint
+    (the sign-in form talks to Cognito directly), the emulator's locally."""
+    return "; ".join([
+        "default-src 'self'",  # nothing inline, nothing from another origin
+        f"connect-src 'self' {identity}".strip(),
+        "base-uri 'none'",
+        "object-src 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",  # the page holds a token: it is never framed
+    ])
+
+
+COGNITO_AWS = "https://cognito-idp.${AWS::Region}.amazonaws.com"  # rendered with Fn::Sub by infra/hosting.py
+CSP_AWS = csp(COGNITO_AWS)
 REFERRER_POLICY = "no-referrer"
 FRAME_OPTION = "DENY"  # frame-ancestors for browsers that predate it
 HSTS_MAX_AGE = 63_072_000  # two years
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": FRAME_OPTION,
-    "Referrer-Policy": REFERRER_POLICY,
-    "Strict-Transport-Security": f"max-age={HSTS_MAX_AGE}; includeSubDomains",
-}
+
+
+def security_headers(identity: str) -> dict[str, str]:
+    return {
+        "Content-Security-Policy": csp(identity),
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": FRAME_OPTION,
+        "Referrer-Policy": REFERRER_POLICY,
+        "Strict-Transport-Security": f"max-age={HSTS_MAX_AGE}; includeSubDomains",
+    }
+
+
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}  # on every API answer too
+
+
+def local_headers() -> dict[str, str]:
+    """What the local server sends: the same policy, the emulator's Cognito as the identity origin."""
+    endpoint = aws.emulator_endpoint()
+    parts = urlsplit(endpoint) if endpoint else None
+    return security_headers(f"{parts.scheme}://{parts.netloc}" if parts else "")
 
 # ------------------------------------------------------------------ files
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",

@@ -97,7 +97,7 @@ def headers_policy(name: str) -> Resource:
     return {"Type": "AWS::CloudFront::ResponseHeadersPolicy", "Properties": {"ResponseHeadersPolicyConfig": {
         "Name": name,
         "SecurityHeadersConfig": {
-            "ContentSecurityPolicy": {"ContentSecurityPolicy": hosting.CSP, "Override": True},
+            "ContentSecurityPolicy": {"ContentSecurityPolicy": {"Fn::Sub": hosting.CSP_AWS}, "Override": True},
             "ContentTypeOptions": {"Override": True},
             "FrameOptions": {"FrameOption": hosting.FRAME_OPTION, "Override": True},
             "ReferrerPolicy": {"ReferrerPolicy": hosting.REFERRER_POLICY, "Override": True},

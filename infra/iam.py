@@ -26,15 +26,16 @@ class Access:
     tables: dict[str, str] = field(default_factory=dict)
     stream: str | None = None  # base name of the table whose stream triggers the function
     publish: bool = False  # puts events on the EventBridge bus
+    agent_keys: bool = False  # reads the agent-token keyring (verifies agent tokens, or mints them at dispatch)
 
 
 # Keyed by the Python handler name in app.py (the part after `app.` in the Lambda Handler).
 ACCESS: dict[str, Access] = {
     # The API: every table it serves; meta only to read the traffic flag.
     "app": Access({"tasks": RW, "sessions": RW, "history": RW, "events": RW, "idempotency": RW, "meta": R},
-                  publish=True),
+                  publish=True, agent_keys=True),
     # The authorizer only verifies a token: no data access at all.
-    "bearer": Access(),
+    "bearer": Access(agent_keys=True),
     # Keeps history and projections (task/session pending_action) in step, and publishes client events.
     # Every publisher reads the feed too: an event already there is already on the bus.
     "sessions_stream": Access({"sessions": RW, "tasks": RW, "history": RW, "events": RW}, stream="sessions",
@@ -44,9 +45,9 @@ ACCESS: dict[str, Access] = {
     "tasks_stream": Access({"events": RW}, stream="tasks", publish=True),
     # Repairs reservations, delivery intents and the outbox, then sets the traffic flag in meta.
     "reconcile_before_traffic": Access({"sessions": RW, "tasks": RW, "history": RW, "events": RW,
-                                        "idempotency": R, "meta": RW}, publish=True),
+                                        "idempotency": R, "meta": RW}, publish=True, agent_keys=True),
     "reconcile_scheduled": Access({"sessions": RW, "tasks": RW, "history": RW, "events": RW, "idempotency": R,
-                                   "meta": R}, publish=True),
+                                   "meta": R}, publish=True, agent_keys=True),
 }
 
 

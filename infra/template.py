@@ -18,6 +18,7 @@ from .bus import EVENT_BUS, bus_outputs, bus_resources
 from .gate import GATE, gate_resources
 from .gateway import gateway_responses, method_not_allowed
 from .iam import access_for, lambda_role, policy_statements
+from .identity import agent_keys_statement, identity_environment, identity_outputs, identity_resources
 from .tables import logical_id, table_resources
 
 Template = dict[str, Any]
@@ -60,8 +61,10 @@ def build(chalice: Template, *, deployment_id: str, app_name: str, stage: str) -
     resources.pop(CHALICE_ROLE, None)  # replaced by one least-privilege role per function
     resources.update(tables)
     resources.update(_shared(app_name, stage))
+    resources.update(identity_resources(app_name, stage))
     for fn in functions:
-        resources.update(_wire_function(resources[fn.logical], fn, deployment_id, service=f"{app_name}-{stage}"))
+        resources.update(_wire_function(resources[fn.logical], fn, deployment_id, service=f"{app_name}-{stage}",
+                                        stage=stage))
     resources[obs.DASHBOARD] = obs.dashboard(
         f"{app_name}-{stage}", [(fn.name, fn.handler) for fn in functions],
         [fn.name for fn in functions if list(_stream_events(resources[fn.logical]["Properties"]))],
@@ -115,8 +118,6 @@ def _table_prefix(resources: dict[str, Any], functions: list[Function]) -> str:
 # ------------------------------------------------------------------ resources
 def _parameters() -> dict[str, Any]:
     return {
-        "AuthSecret": {"Type": "String", "NoEcho": True, "MinLength": 32,
-                       "Description": "Bearer-token signing secret (CLARIFY_AUTH_SECRET); at least 32 characters"},
         "AgentctlUrl": {"Type": "String", "AllowedPattern": "^https?://.+",
                         "Description": "Base URL of the agent runtime service (CLARIFY_AGENTCTL_URL)"},
         **hosting.parameters(),
@@ -134,7 +135,8 @@ def _shared(app_name: str, stage: str) -> dict[str, Any]:
     }
 
 
-def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str, *, service: str) -> dict[str, Any]:
+def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str, *, service: str,
+                   stage: str) -> dict[str, Any]:
     """Name, environment, role and stream settings for one Chalice function; returns the resources it adds."""
     access = access_for(fn.handler)
     props = res["Properties"]
@@ -142,7 +144,9 @@ def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str, *, ser
     props.setdefault("Environment", {}).setdefault("Variables", {}).update({
         # Fresh per package: the new code answers 503 not_ready until the gate reconciled for this id.
         "CLARIFY_DEPLOYMENT_ID": deployment_id,
-        "CLARIFY_AUTH_SECRET": {"Ref": "AuthSecret"},
+        # Who may call: the pool's users and the keyring's agents; never a development token (no secret here).
+        "CLARIFY_STAGE": stage,
+        **identity_environment(),
         "CLARIFY_AGENTCTL_URL": {"Ref": "AgentctlUrl"},
         "CLARIFY_EVENT_BUS": {"Ref": EVENT_BUS},
         # Every log line and metric names the stack; the alarms and the dashboard select on it.
@@ -150,8 +154,11 @@ def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str, *, ser
     })
     role, logs = f"{fn.logical}Role", f"{fn.logical}LogGroup"
     props["Role"] = {"Fn::GetAtt": [role, "Arn"]}
+    statements = policy_statements(access, logs, bus=EVENT_BUS, dlq=obs.STREAM_DLQ)
+    if access.agent_keys:
+        statements.append(agent_keys_statement())
     added = {
-        role: lambda_role(policy_statements(access, logs, bus=EVENT_BUS, dlq=obs.STREAM_DLQ), fn.handler),
+        role: lambda_role(statements, fn.handler),
         logs: obs.log_group(fn.name),
         f"{fn.logical}ErrorsAlarm": obs.errors_alarm(fn.logical, fn.name),
     }
@@ -210,6 +217,7 @@ def _outputs(reconciler: Function, deployment_id: str) -> dict[str, Any]:
         "ReconcilerFunctionName": {"Description": "Invoke to re-run reconciliation before traffic by hand",
                                    "Value": {"Ref": reconciler.logical}},
         **bus_outputs(),
+        **identity_outputs(),
         "AlarmTopicArn": {"Description": "Subscribe on-call to this topic", "Value": {"Ref": obs.ALARM_TOPIC}},
         "StreamFailureQueueUrl": {"Description": "Stream batches that exhausted their retries",
                                   "Value": {"Ref": obs.STREAM_DLQ}},

@@ -5,6 +5,8 @@
     scripts/clarify-ops reconcile [--before-traffic] [--invoke]
     scripts/clarify-ops release ID
     scripts/clarify-ops replay [ID | --all]
+    scripts/clarify-ops user add EMAIL --workspace W
+    scripts/clarify-ops agent-keys rotate
 
 Against the local emulator by default (the local stage: AWS_ENDPOINT_URL, else 127.0.0.1:4566); `--stage prod`
 reads that stage's table prefix from .chalice/config.json and uses the usual AWS credentials. Readable output
@@ -325,6 +327,47 @@ def cmd_replay(args: argparse.Namespace, out: Out) -> int:
     return OK if all(results.values()) else FAILED
 
 
+# ------------------------------------------------------------------ identity (docs/operations-users.md)
+def _stage_name(args: argparse.Namespace, kind: str) -> str:
+    """The stage's resource name as the template (and the local stack) names it: <app>-<stage>-<kind>."""
+    config = json.loads((ROOT / ".chalice" / "config.json").read_text())
+    return f"{config['app_name']}-{args.stage}-{kind}"
+
+
+def cmd_user(args: argparse.Namespace, out: Out) -> int:
+    from chalicelib import aws
+    from scripts.local.identity import add_user, find_pool
+
+    cognito = aws.client("cognito-idp")
+    pool_id = os.environ.get("CLARIFY_USER_POOL_ID") or (find_pool(cognito, _stage_name(args, "users")) or ("",))[0]
+    if not pool_id:
+        return _not_found(args, out, f"no user pool {_stage_name(args, 'users')} (is the stage deployed?)")
+    try:
+        add_user(cognito, pool_id, args.email, args.workspace)
+    except ValueError as exc:
+        out(json.dumps({"error": "conflict", "message": str(exc)}) if args.json else str(exc))
+        return FAILED
+    message = (f"{args.email} is in workspace {args.workspace}; a new user gets a temporary password by email and "
+               "chooses their own at first sign-in")
+    out(json.dumps({"email": args.email, "workspace": args.workspace, "user_pool": pool_id}) if args.json
+        else message)
+    return OK
+
+
+def cmd_agent_keys(args: argparse.Namespace, out: Out) -> int:
+    from chalicelib import aws
+    from chalicelib.auth.agent_keys import Keyring, rotated
+
+    name = os.environ.get("CLARIFY_AGENT_KEYS_SECRET") or _stage_name(args, "agent-keys")
+    manager = aws.client("secretsmanager")
+    ring = rotated(Keyring.parse(manager.get_secret_value(SecretId=name)["SecretString"]))
+    manager.put_secret_value(SecretId=name, SecretString=ring.dumps())
+    previous = sorted(set(ring.keys) - {ring.current})
+    out(json.dumps({"secret": name, "current": ring.current, "also_valid": previous}) if args.json
+        else f"{name}: signing with {ring.current}; {', '.join(previous)} stays valid until the next rotation")
+    return OK
+
+
 # ------------------------------------------------------------------ main
 def _not_found(args: argparse.Namespace, out: Out, message: str) -> int:
     out(json.dumps({"error": "not_found", "message": message}) if args.json else message)
@@ -348,12 +391,18 @@ def parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("replay", help="list set-aside stream records, or replay one (or --all)")
     rep.add_argument("id", nargs="?")
     rep.add_argument("--all", action="store_true")
+    u = sub.add_parser("user", help="add a user of the stage's user pool to a workspace")
+    u.add_argument("action", choices=["add"])
+    u.add_argument("email")
+    u.add_argument("--workspace", required=True)
+    k = sub.add_parser("agent-keys", help="rotate the agent-token signing key (the previous one stays valid)")
+    k.add_argument("action", choices=["rotate"])
     return p
 
 
 VERBS: dict[str, Callable[[argparse.Namespace, Out], int]] = {
     "session": cmd_session, "outstanding": cmd_outstanding, "reconcile": cmd_reconcile, "release": cmd_release,
-    "replay": cmd_replay}
+    "replay": cmd_replay, "user": cmd_user, "agent-keys": cmd_agent_keys}
 
 
 def main(argv: list[str] | None = None, out: Out = print) -> int:

@@ -23,7 +23,7 @@ from .errors import envelope, error_payload
 log = logging.getLogger(__name__)
 # CloudFront adds every security header (chalicelib/hosting.py); this one also holds when the API is called
 # directly at its execute-api URL (agents).
-NOSNIFF = {"X-Content-Type-Options": hosting.SECURITY_HEADERS["X-Content-Type-Options"]}
+NOSNIFF = hosting.NOSNIFF
 Handler = Callable[..., tuple[int, Any]]
 
 

@@ -12,6 +12,8 @@ from . import boundary, schemas
 SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
     ("GET", "/api/v1/health"): ("Readiness: 200 once the reconciler succeeded, else 503 not_ready", 200),
     ("GET", "/api/v1/openapi.json"): ("This document", 200),
+    ("GET", "/api/v1/auth/config"): (
+        "How to sign in: the user pool's app client and Cognito endpoint, whether development tokens work", 200),
     ("POST", "/api/v1/tasks"): ("Create a task {title}", 201),
     ("GET", "/api/v1/tasks"): ("List the workspace's tasks with their status summary", 200),
     ("GET", "/api/v1/tasks/{task_id}"): ("Get a task", 200),

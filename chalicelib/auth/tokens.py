@@ -1,4 +1,8 @@
-"""Bearer tokens: HS256 JWTs locally. Users are scoped to a workspace, agents to one session."""
+"""Callers and the tokens Clarify signs itself (HS256): agent tokens, and the local stage's development tokens.
+
+Users are scoped to a workspace, agents to one session. Users' own tokens come from the user pool (pool.py);
+identity.py decides which kind a request carries.
+"""
 from __future__ import annotations
 
 import re
@@ -42,13 +46,14 @@ class Caller:
 
 
 def mint(secret: str, *, sub: str, role: str, workspace_id: str, session_id: str | None = None,
-         ttl_seconds: int = 12 * 3600, now: float | None = None) -> str:
+         ttl_seconds: int = 12 * 3600, now: float | None = None, kid: str | None = None) -> str:
+    """A signed token; `kid` names the keyring key that signed it (agent tokens), none for a development token."""
     issued = int(now if now is not None else time.time())
     claims: dict[str, Any] = {"sub": sub, "role": role, "workspace_id": workspace_id,
                               "iat": issued, "exp": issued + ttl_seconds}
     if session_id:
         claims["session_id"] = session_id
-    return jwt.encode(claims, secret, algorithm="HS256")
+    return jwt.encode(claims, secret, algorithm="HS256", headers={"kid": kid} if kid else None)
 
 
 SCHEME = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] +(\S+)$")
@@ -57,27 +62,37 @@ DEFAULT_MAX_LIFETIME = 24 * 3600
 LEEWAY = 60  # seconds of clock skew tolerated in the lifetime checks (expiry itself has none)
 
 
-def verify(header: str, secret: str, *, max_lifetime: int = DEFAULT_MAX_LIFETIME, now: float | None = None) -> Caller:
-    """`Authorization: Bearer <JWT>` to a caller. Raises Unauthorized for anything but a well-formed, HS256-signed,
-    unexpired token whose lifetime is at most `max_lifetime` seconds, with a known role and non-empty scope."""
+def bearer_token(header: str) -> str:
     match = SCHEME.match(header or "")
     if not match:
         raise Unauthorized("the Authorization header must be `Bearer <token>`")
+    return match.group(1)
+
+
+def verify(header: str, secret: str, *, max_lifetime: int = DEFAULT_MAX_LIFETIME, now: float | None = None) -> Caller:
+    """`Authorization: Bearer <JWT>` to a caller, for a token signed with `secret` (see `verify_signed`)."""
+    return verify_signed(bearer_token(header), secret, max_lifetime=max_lifetime, now=now)
+
+
+def verify_signed(token: str, secret: str, *, max_lifetime: int = DEFAULT_MAX_LIFETIME,
+                  now: float | None = None) -> Caller:
+    """Raises Unauthorized for anything but a well-formed, HS256-signed, unexpired token whose lifetime is at
+    most `max_lifetime` seconds, with a known role and non-empty scope."""
     try:
         # HS256 only: `alg: none` and every other algorithm are refused by the allow-list.
-        claims = jwt.decode(match.group(1), secret, algorithms=["HS256"],
+        claims = jwt.decode(token, secret, algorithms=["HS256"],
                             options={"require": ["exp", "sub", "role", "workspace_id"]})
     except jwt.PyJWTError as exc:
         raise Unauthorized(f"invalid token: {exc}") from exc
-    _check_lifetime(claims, max_lifetime, time.time() if now is None else now)
-    sub, role, workspace = (_claim(claims, name) for name in ("sub", "role", "workspace_id"))
+    check_lifetime(claims, max_lifetime, time.time() if now is None else now)
+    sub, role, workspace = (claim(claims, name) for name in ("sub", "role", "workspace_id"))
     if role not in ROLES:
         raise Unauthorized("token has an unknown role")
-    session_id = _claim(claims, "session_id") if role == "agent" or "session_id" in claims else None
+    session_id = claim(claims, "session_id") if role == "agent" or "session_id" in claims else None
     return Caller(sub=sub, role=role, workspace_id=workspace, session_id=session_id)
 
 
-def _claim(claims: Mapping[str, Any], name: str) -> str:
+def claim(claims: Mapping[str, Any], name: str) -> str:
     """A scope claim: a non-empty, bounded string of printable characters (it becomes part of stored keys)."""
     value = claims.get(name)
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_CLAIM or not value.isprintable() \
@@ -100,9 +115,13 @@ def _number(claims: Mapping[str, Any], name: str) -> float | None:
     return float(value)
 
 
-def _check_lifetime(claims: Mapping[str, Any], max_lifetime: int, now: float) -> None:
+def check_lifetime(claims: Mapping[str, Any], max_lifetime: int, now: float) -> None:
+    """Expired (no leeway), issued in the future, or living longer than `max_lifetime`: Unauthorized."""
     exp, iat = _number(claims, "exp"), _number(claims, "iat")
-    assert exp is not None  # required above
+    if exp is None:
+        raise Unauthorized("token has no expiry")
+    if exp <= now:
+        raise Unauthorized("token has expired")
     if exp - now > max_lifetime + LEEWAY:
         raise Unauthorized("token expires too far in the future")
     if iat is not None and (iat > now + LEEWAY or exp - iat > max_lifetime):

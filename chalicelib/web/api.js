@@ -5,10 +5,13 @@
 
 export const API_BASE = "/api/v1";
 
-export function createApi({ getToken, fetchImpl = (...args) => fetch(...args), base = API_BASE, onUnauthorized = () => {} }) {
-  async function call(method, path, { body, headers = {}, signal } = {}) {
+// getToken may be async (a token refreshed before it expires); on a 401 `refresh` is asked once for a new token
+// and the same request is sent again (same body and Idempotency-Key), so nothing typed or in flight is lost.
+export function createApi({ getToken, refresh = async () => false, fetchImpl = (...args) => fetch(...args), base = API_BASE, onUnauthorized = () => {} }) {
+  async function call(method, path, options = {}, retried = false) {
+    const { body, headers = {}, signal } = options;
     const h = { Accept: "application/json", ...headers };
-    const token = getToken();
+    const token = await getToken();
     if (token) h.Authorization = `Bearer ${token}`;
     if (body !== undefined) h["Content-Type"] = "application/json";
     let resp;
@@ -25,6 +28,15 @@ export function createApi({ getToken, fetchImpl = (...args) => fetch(...args), b
     } catch (error) {
       if (error?.name === "AbortError") throw error;
       parsed = null;
+    }
+    if (resp.status === 401 && !retried) {
+      let renewed;
+      try {
+        renewed = await refresh();
+      } catch (error) {
+        return { kind: "transport", error: String(error?.message ?? error) }; // Cognito unreachable: still signed in
+      }
+      if (renewed) return call(method, path, options, true);
     }
     if (resp.status === 401) onUnauthorized();
     return { kind: "response", status: resp.status, ok: resp.ok, body: parsed };

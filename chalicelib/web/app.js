@@ -2,7 +2,8 @@
 // transcript, drafts, retry, status, echo); views.js renders; morphdom patches the page in place.
 
 import morphdom from "./morphdom.js";
-import { createApi, newId } from "./api.js";
+import { API_BASE, createApi, newId } from "./api.js";
+import { claims, createAuth, workspaceOf } from "./auth.js";
 import {
   Phase, admissionLabel, beginLate, beginRespond, buildAnswers, canSendLate, composeLate, isBusy, lateMessageBody,
   lateResult, respondResult, unansweredQuestions,
@@ -19,13 +20,13 @@ const PHONE_QUERY = "(max-width: 767px)";
 const EVENT_WAIT_SECONDS = 10;
 const SKIP_UNDO_MS = 5000;
 const NOTICE_MS = 6000;
-const TOKEN_KEY = "clarify.token";
 const SURFACES_KEY = "clarify.surfaces";
 const SNAPSHOT_KEY = "clarify.snapshot";
 const TEXT_FIELD = /^(TEXTAREA|INPUT:(text|search|password|))$/;
 const rememberKey = (taskId) => `clarify.remembered.${taskId}`;
 const phoneQuery = window.matchMedia(PHONE_QUERY);
 const drafts = createDrafts(localStorage);
+const auth = createAuth({ storage: localStorage });
 
 const state = {
   token: null,
@@ -58,7 +59,7 @@ const state = {
   drafts,
 };
 
-const api = createApi({ getToken: () => state.token, onUnauthorized: () => signOut("The token was refused. Sign in again.") });
+const api = createApi({ getToken: () => auth.fresh(), refresh: () => auth.refresh(), onUnauthorized: () => expired() });
 const answerKey = (cid) => `answer:${cid}`;
 const answerDraft = (cid) => drafts.get(answerKey(cid), {});
 
@@ -828,7 +829,7 @@ root.addEventListener("submit", (e) => {
     case "submit-answers": submitAnswers(cid); break;
     case "send-late": sendLateFromForm(cid); break;
     case "send-message": sendMessage(state.route.sessionId); break;
-    case "save-token": signIn(new FormData(form).get("token")); break;
+    case "sign-in": signIn(new FormData(form)); break;
     case "create-task": createTask(form.closest("#task-sheet") ? "sheet" : "desktop"); break;
     case "create-session": createSession(); break;
     case "rename-task": renameTask(state.route.taskId); break;
@@ -895,21 +896,40 @@ phoneQuery.addEventListener("change", () => {
 
 // ------------------------------------------------------------------ sign in / boot
 
-function signIn(token) {
-  const value = String(token ?? "").trim();
-  if (!value) return;
-  state.token = value;
-  localStorage.setItem(TOKEN_KEY, value);
-  start();
+async function signIn(form) {
+  const value = (name) => String(form.get(name) ?? "").trim();
+  if (!state.pool) {
+    auth.useToken(value("token"));
+    return location.reload();
+  }
+  state.signingIn = true;
+  state.signInNotice = null;
+  render();
+  try {
+    const password = form.get("password") ?? "";
+    state.challenge = await (state.challenge ? auth.answer(state.challenge, value("code")) : auth.signIn(value("email"), password));
+    if (!state.challenge) return location.reload(); // a clean page for this user: nothing in memory from before
+  } catch (error) {
+    state.signInNotice = `Sign-in failed: ${error.message}`;
+  }
+  state.signingIn = false;
+  render();
 }
 
-function signOut(notice = null) {
+/** The session ended (its refresh token was refused): sign in again; drafts stay for the same user. */
+function expired() {
   eventsAbort?.abort();
-  localStorage.removeItem(TOKEN_KEY);
-  localStorage.removeItem(SNAPSHOT_KEY);
+  auth.useToken(null);
   state.token = null;
-  state.signInNotice = notice;
+  state.signInNotice = "Your session has ended. Sign in again.";
   render();
+}
+
+/** Sign out: nothing this browser kept for the user stays (tokens, drafts, snapshots), nor anything in memory. */
+function signOut() {
+  eventsAbort?.abort();
+  state.token = null; // nothing is kept from here on (the snapshot taken when the page hides included)
+  auth.signOut().finally(() => location.reload());
 }
 
 function start() {
@@ -918,16 +938,21 @@ function start() {
   eventLoop();
 }
 
-function boot() {
-  const fromHash = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+async function boot() {
+  const fromHash = /(?:^#|&)token=([^&]+)/.exec(location.hash); // a development token: the local stage only
   if (fromHash) {
-    localStorage.setItem(TOKEN_KEY, decodeURIComponent(fromHash[1]));
+    auth.useToken(decodeURIComponent(fromHash[1]));
     history.replaceState(null, "", location.pathname + location.search + "#/");
   }
-  state.token = localStorage.getItem(TOKEN_KEY);
+  const config = await fetch(`${API_BASE}/auth/config`).then((r) => r.json()).catch(() => null); // offline: as last time
+  if (config?.user_pool) auth.configure(config.user_pool);
+  state.pool = auth.pool;
+  state.email = auth.email;
+  state.token = auth.token();
+  state.noWorkspace = Boolean(state.token && claims(state.token).token_use === "access" && !workspaceOf(state.token));
   restoreSurfaces();
   restoreEchoes();
-  if (state.token) {
+  if (state.token && !state.noWorkspace) {
     restoreSnapshot();
     start();
   } else render();

@@ -3,7 +3,7 @@
 // API calls are never cached or answered here: their truth is the server's.
 
 const CACHE = "clarify-shell-v1";
-const SHELL = ["/", "/web/style.css", "/web/app.js", "/web/api.js", "/web/admission.js", "/web/drafts.js", "/web/echo.js",
+const SHELL = ["/", "/web/style.css", "/web/app.js", "/web/api.js", "/web/admission.js", "/web/drafts.js", "/web/echo.js", "/web/auth.js",
   "/web/markdown.js", "/web/merge.js", "/web/morphdom.js", "/web/retry.js", "/web/selection.js", "/web/status.js",
   "/web/transcript.js", "/web/views.js", "/web/manifest.webmanifest", "/web/icon.svg", "/web/icon-maskable.svg"];
 

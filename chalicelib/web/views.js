@@ -98,7 +98,7 @@ function md(nodes) {
 // ------------------------------------------------------------------ the app frame
 
 export function renderApp(state) {
-  if (!state.token) return h("div.app.signin#app", {}, renderTokenForm(state));
+  if (!state.token || state.noWorkspace) return h("div.app.signin#app", {}, renderSignIn(state));
   const phone = state.layout === "phone";
   return h(`div.app.${state.layout}#app`, {},
     h("a.skip-link", { href: "#main", "data-action": "skip-link" }, "Skip to the conversation"),
@@ -111,13 +111,27 @@ export function renderApp(state) {
       state.notices.map((n) => h(`p.toast.${n.tone}`, { id: `notice-${n.id}` }, n.text))));
 }
 
-function renderTokenForm(state) {
-  return h("main.signin-main", {}, h("form.token-form", { "data-action": "save-token", "aria-labelledby": "token-title" },
+// Email and password at the user pool, then its challenge if any (a new password, an authenticator code); without
+// a pool (a local stack without one) a development token is pasted instead.
+function renderSignIn(state) {
+  const field = (name, label, attrs) => [h("label", { for: `${name}-input` }, label),
+    h(`input#${name}-input`, { name, required: true, autocomplete: "off", ...attrs })];
+  const newPassword = state.challenge?.challenge === "NEW_PASSWORD_REQUIRED";
+  let fields = field("token", "User token", { type: "password" });
+  if (state.pool && state.challenge) {
+    fields = field("code", newPassword ? "Choose a new password" : "Code from your authenticator app",
+      newPassword ? { type: "password", autocomplete: "new-password" } : { inputmode: "numeric", autocomplete: "one-time-code" });
+  } else if (state.pool) {
+    fields = [field("email", "Email", { type: "email", autocomplete: "username" }),
+      field("password", "Password", { type: "password", autocomplete: "current-password" })];
+  }
+  return h("main.signin-main", {}, h("form.token-form", { "data-action": "sign-in", "aria-labelledby": "token-title" },
     h("h1#token-title", {}, "Clarify"),
-    h("p", {}, "Paste a user token to sign in (make run prints one)."),
-    h("label", { for: "token-input" }, "User token"),
-    h("input#token-input", { name: "token", type: "password", autocomplete: "off", required: true }),
-    h("button.primary", { type: "submit" }, "Sign in"),
+    state.noWorkspace
+      ? [h("p#no-workspace", { role: "alert" }, `You are signed in as ${state.email}, but your account is not in a workspace yet. `
+          + "Ask whoever runs Clarify to add you to one, then sign in again."),
+        h("button.primary", { type: "button", "data-action": "sign-out" }, "Sign out")]
+      : [fields, h("button.primary", { type: "submit", disabled: state.signingIn }, state.signingIn ? "Signing in…" : "Sign in")],
     state.signInNotice ? h("p.error", { role: "alert" }, state.signInNotice) : null));
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import socket
 import threading
 from typing import Any
@@ -29,7 +30,9 @@ from chalice.local import (
 
 from chalicelib import hosting
 from chalicelib.api import cors
-from chalicelib.api.errors import error_json
+from chalicelib.api.errors import envelope, error_json
+
+log = logging.getLogger(__name__)
 
 
 class GatewayHandler(ChaliceRequestHandler):
@@ -53,7 +56,15 @@ class GatewayHandler(ChaliceRequestHandler):
             body = error_json(405, "method_not_allowed", "this route does not take that method")
             self._send_http_response(405, headers, None if self.command == "HEAD" else body)
             return
-        self._generic_handle()
+        try:
+            self._generic_handle()
+        except Exception:
+            # Only the gateway's own steps get here (views answer their errors themselves): the authorizer
+            # failed, e.g. the user pool's keys could not be fetched. API Gateway answers 500 then, in the
+            # template's DEFAULT_5XX envelope; closing the connection would leave the client guessing.
+            log.exception("the gateway failed before the view: %s %s", self.command, self.path)
+            body = json.dumps(envelope("gateway_error", "the authorizer failed", retryable=True)).encode()
+            self._send_http_response(500, {"Content-Type": "application/json"}, body)
 
     def _serve_file(self, path: str) -> None:
         found = hosting.local_file(path)
@@ -65,12 +76,12 @@ class GatewayHandler(ChaliceRequestHandler):
         headers = {"Content-Type": content_type, "Cache-Control": cache}
         if self.command == "HEAD":
             self.send_response(200)
-            self._send_headers({**headers, **hosting.SECURITY_HEADERS, "Content-Length": str(len(body))})
+            self._send_headers({**headers, **hosting.local_headers(), "Content-Length": str(len(body))})
             return
         self._send_http_response(200, headers, body)
 
     def _send_http_response(self, code: int, headers: dict[str, Any], body: str | bytes | None) -> None:
-        super()._send_http_response(code, {**headers, **hosting.SECURITY_HEADERS}, body)
+        super()._send_http_response(code, {**headers, **hosting.local_headers()}, body)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _gateway_handle
 

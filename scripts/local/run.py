@@ -1,7 +1,8 @@
 """`make run`: Clarify on this machine. Starts and supervises the emulator (unless one already answers),
 creates the tables from the models and the event bus (with a rule to the queue `scripts/bus-tail` prints),
-starts the simulated agent, the API, the stream pump and the scheduler, runs the reconciler (the API
-answers 503 not_ready until it succeeds), then prints the URL and a user token. Ctrl-C stops every child
+creates the emulator's user pool, web client and agent keyring, starts the simulated agent, the API, the stream
+pump and the scheduler, runs the reconciler (the API answers 503 not_ready until it succeeds), then prints the
+URL, the sign-in email and password of a local user, and a development token. Ctrl-C stops every child
 process.
 
 The pieces (environment, supervisor, one function per process, the before-traffic reconciler) are also
@@ -26,6 +27,7 @@ from chalicelib import aws
 
 from .bus import ensure_bus
 from .env import ROOT, local_env
+from .identity import add_user, ensure_identity, new_password
 
 PY = sys.executable
 DEFAULT_ENDPOINT = "http://127.0.0.1:4566"  # the LocalStack edge port
@@ -168,6 +170,8 @@ def main() -> int:
     parser.add_argument("--schedule-interval", type=float,
                         default=float(os.environ.get("CLARIFY_SCHEDULE_INTERVAL", "15")))
     parser.add_argument("--workspace", default=os.environ.get("CLARIFY_WORKSPACE", "ws-local"))
+    parser.add_argument("--email", default=os.environ.get("CLARIFY_EMAIL", "you@example.com"),
+                        help="the local user's sign-in email (its password is new on every start)")
     parser.add_argument("--json-logs", action="store_true",
                         help="log one JSON object per line, as in Lambda (default: readable lines)")
     args = parser.parse_args()
@@ -191,6 +195,12 @@ def main() -> int:
         if not ensure_emulator(sup, endpoint):
             print(f"using the emulator already answering at {endpoint}", flush=True)
         print(f"tables: {create_tables_at(endpoint)} created", flush=True)
+        env.update(ensure_identity(endpoint, env["CLARIFY_TABLE_PREFIX"]))  # the children's environment too
+        os.environ.update(env)
+        password = new_password()
+        add_user(aws.client("cognito-idp", endpoint_url=endpoint), env["CLARIFY_USER_POOL_ID"], args.email,
+                 args.workspace, password=password, move=True)  # the workspace this start asks for
+        print(f"user pool: {env['CLARIFY_USER_POOL_ID']} app client: {env['CLARIFY_USER_POOL_CLIENT_ID']}", flush=True)
         bus = ensure_bus(env["CLARIFY_EVENT_BUS"], endpoint)
         print(f"event bus: {bus.name} (watch its events: scripts/bus-tail)", flush=True)
         spawn_agent(sup, api_url, args.agent_port)
@@ -200,8 +210,9 @@ def main() -> int:
         from chalicelib import bootstrap
         from chalicelib.auth.tokens import mint
         token = mint(bootstrap.auth_secret(), sub="local-user", role="user", workspace_id=args.workspace)
-        print(f"\nClarify is ready: {api_url}/api/v1\nweb client: {api_url}/#token={token}\n"
-              f"user token (workspace {args.workspace}):\n{token}\n", flush=True)
+        print(f"\nClarify is ready: {api_url}/api/v1\nweb client: {api_url}/\n"
+              f"sign in as {args.email} with password {password} (workspace {args.workspace})\n"
+              f"development token (local stage only; {api_url}/#token=<it>):\n{token}\n", flush=True)
         while not stopping:
             dead = sup.dead()
             if dead:

@@ -17,6 +17,7 @@ from .api_server import ApiThread
 from .bus import LocalBus, ensure_bus
 from .emulator import EmulatorThread
 from .env import apply, local_env
+from .identity import add_user, ensure_identity, new_password, sign_in
 from .pump import MAX_ATTEMPTS, RETRY_DELAY, Handler, StreamPump, Target
 from .scheduler import Scheduler
 
@@ -72,6 +73,7 @@ class LocalStack:
         env = local_env(CLARIFY_TABLE_PREFIX=self.prefix, CLARIFY_AGENTCTL_URL=self.agentctl_url,
                         CLARIFY_DEPLOYMENT_ID=f"test-{uuid.uuid4().hex[:8]}", CLARIFY_EVENT_BUS=f"{self.prefix}events")
         env["AWS_ENDPOINT_URL"] = endpoint
+        env.update(ensure_identity(endpoint, self.prefix))
         self.failure_dir = env["CLARIFY_STREAM_FAILURE_DIR"] = tempfile.mkdtemp(prefix="clarify-stream-failures-")
         os.environ.update(env)
         bootstrap.override(None)
@@ -93,6 +95,26 @@ class LocalStack:
 
     def user_token(self, workspace: str = "ws-1", sub: str = "user-1") -> str:
         return mint(bootstrap.auth_secret(), sub=sub, role="user", workspace_id=workspace)
+
+    def pool_user(self, workspace: str = "ws-1", email: str | None = None) -> tuple[str, str]:
+        """A user of the emulator's pool in `workspace`; returns (email, password)."""
+        email = email or f"{uuid.uuid4().hex[:10]}@example.com"
+        password = new_password()
+        add_user(aws.client("cognito-idp", endpoint_url=self.endpoint), os.environ["CLARIFY_USER_POOL_ID"], email,
+                 workspace, password=password)
+        return email, password
+
+    def pool_tokens(self, workspace: str = "ws-1") -> dict[str, Any]:
+        """A new pool user of `workspace`, signed in: Cognito's AuthenticationResult (AccessToken, ...)."""
+        email, password = self.pool_user(workspace)
+        return sign_in(aws.client("cognito-idp", endpoint_url=self.endpoint),
+                       os.environ["CLARIFY_USER_POOL_CLIENT_ID"], email, password)
+
+    def keyring_agent_token(self, session_id: str, workspace: str = "ws-1") -> str:
+        """An agent token as dispatch mints it: signed with the current key of the stack's agent keyring."""
+        agents = bootstrap.authenticator().agents
+        assert agents is not None
+        return agents.mint(workspace, session_id)
 
     def agent_token(self, session_id: str, workspace: str = "ws-1") -> str:
         return mint(bootstrap.auth_secret(), sub=f"agent:{session_id}", role="agent", workspace_id=workspace,

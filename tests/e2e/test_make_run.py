@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 import requests
 
+from chalicelib import aws
 from scripts.local.emulator import EmulatorThread
+from scripts.local.identity import sign_in
 from scripts.local.ports import free_port
 from tests.support.wait import eventually
 
@@ -35,6 +37,7 @@ class Run:
         env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "CLARIFY_API_PORT": str(self.api_port),
                "CLARIFY_AGENT_PORT": str(self.agent_port), "CLARIFY_SCHEDULE_INTERVAL": "2",
                "CLARIFY_WORKSPACE": "ws-e2e"}
+        self.endpoint = endpoint
         self.proc = subprocess.Popen(["make", "--no-print-directory", "run"], cwd=ROOT, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
@@ -50,11 +53,17 @@ class Run:
             if not line:
                 break
             self.output.append(line)
-            if "user token" in line:
-                token = self.proc.stdout.readline().strip()
+            if "development token" in line:
+                self.dev_token = self.proc.stdout.readline().strip()
                 # Keep reading: the processes log every request, and a full pipe would stall them.
                 threading.Thread(target=lambda: self.output.extend(self.proc.stdout or ()), daemon=True).start()
-                return token
+                # The local user signs in as the web client does, at the emulator's Cognito.
+                text = "".join(self.output)
+                client = re.search(r"app client: (\S+)", text)
+                user = re.search(r"sign in as (\S+) with password (\S+) ", text)
+                assert client and user, text
+                cognito = aws.client("cognito-idp", endpoint_url=self.endpoint)
+                return str(sign_in(cognito, client[1], user[1], user[2])["AccessToken"])
         raise AssertionError("make run did not become ready:\n" + "".join(self.output))
 
     def call(self, method: str, path: str, body: Any = None) -> requests.Response:
@@ -80,6 +89,9 @@ def test_make_run__message__agent_reply_events_and_clean_stop(shared_emulator: E
         assert (health["status"], health["ready"]) == ("ok", True), health
         assert health.get("stream", {}).get("set_aside", 0) == 0  # the worker's pump reports here once it ran
         assert "using the emulator already answering" in "".join(run.output)
+        # The development token printed beside the sign-in works too, on the local stage.
+        assert requests.get(run.url + "/tasks", headers={"Authorization": f"Bearer {run.dev_token}"},
+                            timeout=30).status_code == 200
         task = run.call("POST", "/tasks", {"title": "e2e"}).json()
         session = run.call("POST", f"/tasks/{task['id']}/sessions", {}).json()
         sent = run.call("POST", f"/sessions/{session['id']}/messages", {"client_message_id": "e2e-1",

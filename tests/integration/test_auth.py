@@ -5,18 +5,23 @@ refused request writes nothing. Path parameters are filled with ids of real obje
 """
 from __future__ import annotations
 
+import os
 import re
 import time
+import uuid
 import warnings
 from typing import Any
 
 import jwt
 import pytest
 
-from chalicelib import bootstrap
+from chalicelib import aws, bootstrap
 from chalicelib.auth.tokens import mint
+from infra.identity import client_properties
+from scripts.local.identity import add_user, create_pool, new_password, sign_in
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
+from tests.support import pool
 from tests.support.flow import ApiClient
 from tests.support.routes import (
     DELETE_TASK,
@@ -43,7 +48,7 @@ def world(stack: LocalStack, user: ApiClient, sim: SimAgent) -> World:
 
 
 # ------------------------------------------------------------------ public routes
-def test_route_table__public_api_routes__only_health_and_openapi(stack: LocalStack) -> None:
+def test_route_table__public_api_routes__only_health_openapi_and_sign_in_config(stack: LocalStack) -> None:
     public = set(all_routes()) - set(authorized_routes())
     assert {(m, p) for m, p in public if p.startswith(V1 + "/")} == PUBLIC
     # Outside the API only static files (the web client) may be public: they can change nothing.
@@ -147,23 +152,89 @@ def unauthenticated() -> dict[str, str | None]:
     return headers
 
 
+def pool_unauthenticated(stack: LocalStack) -> dict[str, str | None]:
+    """Credential kind -> Authorization header for the user pool's tokens that must be refused: real sign-ins
+    at the emulator's Cognito where one can make the token, tokens signed with the pool's own key otherwise."""
+    cognito = aws.client("cognito-idp", endpoint_url=stack.endpoint)
+    pool_id = os.environ["CLARIFY_USER_POOL_ID"]
+    other_pool, other_pool_client = create_pool(cognito, f"other-{uuid.uuid4().hex[:6]}")
+    email, password = f"{uuid.uuid4().hex[:8]}@example.com", new_password()
+    add_user(cognito, other_pool, email, "ws-1", password=password)
+    from_other_pool = sign_in(cognito, other_pool_client, email, password)
+    other_client = cognito.create_user_pool_client(UserPoolId=pool_id, **{**client_properties(),
+                                                                          "ClientName": "other"})
+    email, password = stack.pool_user("ws-1")
+    to_other_client = sign_in(cognito, other_client["UserPoolClient"]["ClientId"], email, password)
+    own = stack.pool_tokens("ws-1")
+    nowhere = cognito.admin_create_user(UserPoolId=pool_id, Username=f"{uuid.uuid4().hex[:8]}@example.com",
+                                        MessageAction="SUPPRESS")["User"]["Username"]
+    cognito.admin_set_user_password(UserPoolId=pool_id, Username=nowhere, Password=(pw := new_password()),
+                                    Permanent=True)
+    claims = pool.access_claims()
+    now = int(time.time())
+    good = pool.sign(claims)
+    head, payload, signature = good.split(".")
+    tokens = {
+        "pool: another pool's access token": from_other_pool["AccessToken"],
+        "pool: an ID token (the API takes access tokens)": own["IdToken"],
+        "pool: a refresh token": own["RefreshToken"],
+        "pool: access token of another app client": to_other_client["AccessToken"],
+        "pool: user in no workspace": sign_in(cognito, os.environ["CLARIFY_USER_POOL_CLIENT_ID"], nowhere,
+                                              pw)["AccessToken"],
+        "pool: user in two workspaces": pool.sign(pool.access_claims(**{"cognito:groups": ["workspace:ws-1",
+                                                                                          "workspace:ws-2"]})),
+        "pool: expired": pool.sign(pool.access_claims(iat=now - 7200, exp=now - 10)),
+        "pool: no exp": pool.sign(pool.access_claims(exp=None)),
+        "pool: exp 2**1030": pool.sign(pool.access_claims(exp=2**1030)),
+        "pool: token_use id with client_id": pool.sign(pool.access_claims(token_use="id")),
+        "pool: alg none": pool.sign(claims, algorithm="none", key=None),
+        "pool: HS256 keyed with the pool's public key (kid)": pool.hs256_with_public_key(claims),
+        "pool: HS256 keyed with the pool's public key (no kid)": pool.hs256_with_public_key(claims, kid=None),
+        "pool: RS512 header": pool.sign(claims, algorithm="RS512"),
+        "pool: tampered kid": pool.with_kid(good, "another-key"),
+        "pool: no kid": pool.with_kid(good, ""),
+        "pool: tampered workspace": ".".join([head, pool.sign(pool.access_claims("ws-2")).split(".")[1],
+                                              signature]),
+        "agent key: a user token signed with an agent key": _keyring_token(role="user", session_id=None),
+        "agent key: unknown kid": _keyring_token(kid="k-unknown"),
+    }
+    return {kind: f"Bearer {token}" for kind, token in tokens.items()}
+
+
+def _keyring_token(*, role: str = "agent", session_id: str | None = "x", kid: str | None = None) -> str:
+    """A token signed with the stage's current agent key (as dispatch mints them), changed as asked."""
+    agents = bootstrap.authenticator().agents
+    assert agents is not None
+    ring = agents.ring.get()
+    return mint(ring.keys[ring.current], sub="agent:x", role=role, workspace_id="ws-1", session_id=session_id,
+                kid=kid or ring.current)
+
+
 def matrix(stack: LocalStack, world: World) -> list[tuple[Cell, dict[str, str], dict[str, str]]]:
     """Every cell: (kind, route, expected status), the headers to send and the ids to aim at."""
     cells: list[tuple[Cell, dict[str, str], dict[str, str]]] = []
-    for kind, header in unauthenticated().items():
+    for kind, header in {**unauthenticated(), **pool_unauthenticated(stack)}.items():
         sent = {"Authorization": header} if header is not None else {}
         cells += [((kind, route, 401), sent, world.a) for route in authorized_routes()]
     outsider = stack.user_token(workspace="ws-2", sub="user-2")
+    pool_outsider = stack.pool_tokens("ws-2")["AccessToken"]
     user = stack.user_token()
+    pool_user = stack.pool_tokens("ws-1")["AccessToken"]
 
     def bearer(token: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
 
     scoped = [r for r in authorized_routes() if re.search(r"{\w+}", r[1])]
     cells += [(("other workspace's user", r, 404), bearer(outsider), world.a) for r in scoped]
+    cells += [(("other workspace's pool user", r, 404), bearer(pool_outsider), world.a) for r in scoped]
     cells += [(("agent token on a user route", r, 404), bearer(world.agent_a), world.a) for r in user_routes()]
+    cells += [(("keyring agent token on a user route", r, 404), bearer(world.keyring_a), world.a)
+              for r in user_routes()]
     cells += [(("user token on an agent route", r, 404), bearer(user), world.a) for r in agent_routes()]
+    cells += [(("pool user's token on an agent route", r, 404), bearer(pool_user), world.a) for r in agent_routes()]
     cells += [(("another session's agent", r, 404), bearer(world.agent_a), world.b) for r in agent_routes()]
+    cells += [(("another session's keyring agent", r, 404), bearer(world.keyring_a), world.b)
+              for r in agent_routes()]
     return cells
 
 
@@ -171,7 +242,7 @@ def test_route_table__authorization_matrix__401_or_404_and_nothing_changes(stack
                                                                            world: World) -> None:
     cells = matrix(stack, world)
     kinds = {kind for (kind, _, _), _, _ in cells}
-    assert len(kinds) == 31 and all(kind for kind in kinds)
+    assert len(kinds) == 31 + 19 + 4 and all(kind for kind in kinds)  # + pool tokens, + 404 kinds
     before = snapshot()
     wrong = []
     for (kind, route, expected), headers, ids in cells:
@@ -184,7 +255,8 @@ def test_route_table__authorization_matrix__401_or_404_and_nothing_changes(stack
     # The targets read back exactly as before: no refused request wrote anything anywhere in ws-1.
     assert snapshot() == before
     # The owners reach the same targets with the same requests, so the 404s above came from scope.
-    owners = [(r, call(stack, r, world.b, token=world.agent_b).status_code) for r in agent_routes()]
-    owners += [(r, call(stack, r, world.a, token=stack.user_token()).status_code)
+    # The owners here are a pool user of ws-1 and the keyring's agent of session B, as in production.
+    owners = [(r, call(stack, r, world.b, token=world.keyring_b).status_code) for r in agent_routes()]
+    owners += [(r, call(stack, r, world.a, token=stack.pool_tokens("ws-1")["AccessToken"]).status_code)
                for r in sorted(user_routes(), key=lambda r: r == DELETE_TASK)]
     assert [(r, s) for r, s in owners if s in (401, 404)] == []

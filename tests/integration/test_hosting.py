@@ -35,7 +35,7 @@ def raw(stack: LocalStack, method: str, path: str, headers: dict[str, str] | Non
 
 
 def _security(resp: http.client.HTTPResponse) -> dict[str, str | None]:
-    return {name: resp.getheader(name) for name in hosting.SECURITY_HEADERS}
+    return {name: resp.getheader(name) for name in hosting.local_headers()}
 
 
 @pytest.mark.parametrize("path, kind", [("/", "text/html; charset=utf-8"), ("/sw.js", "text/javascript; charset=utf-8"),
@@ -46,7 +46,7 @@ def test_client_files__typed_revalidated_with_security_headers(stack: LocalStack
     resp = raw(stack, "GET", path)
     assert resp.status == 200 and resp.getheader("Content-Type") == kind
     assert resp.getheader("Cache-Control") == "no-cache"
-    assert _security(resp) == hosting.SECURITY_HEADERS
+    assert _security(resp) == hosting.local_headers()
 
 
 @pytest.mark.parametrize("path", ["/web/app.js/", "/web/app.js;.html", "/web/app.js%3B.html", "/web/index.html",
@@ -54,7 +54,7 @@ def test_client_files__typed_revalidated_with_security_headers(stack: LocalStack
 def test_client_files__anything_but_the_exact_path__404(stack: LocalStack, path: str) -> None:
     resp = raw(stack, "GET", path)
     assert resp.status == 404 and resp.getheader("Content-Type") == "application/json"
-    assert _security(resp) == hosting.SECURITY_HEADERS
+    assert _security(resp) == hosting.local_headers()
 
 
 @pytest.mark.parametrize("name, size", [("icon-192.png", 192), ("icon-512.png", 512),
@@ -87,7 +87,7 @@ def test_api_answers__carry_nosniff_and_the_security_headers(stack: LocalStack) 
     for path, status in ((f"{V1}/health", 200), (f"{V1}/tasks", 401), (f"{V1}/nothing", 404)):
         resp = raw(stack, "GET", path)
         assert resp.status == status, path
-        assert _security(resp) == hosting.SECURITY_HEADERS, path
+        assert _security(resp) == hosting.local_headers(), path
 
 
 # ------------------------------------------------------------------ CORS

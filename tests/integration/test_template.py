@@ -81,6 +81,52 @@ def test_package__offline__zip_holds_app_and_pure_python_deps(packaged: Path, tm
     assert int(routes) > 0 and disabled == "False"
 
 
+def test_package__bare_runtime__verifies_a_pool_token_without_cryptography(packaged: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """RS256 is verified in pure Python: the same check, in the zip, with no site-packages (no `cryptography`)."""
+    from tests.support import pool
+    with zipfile.ZipFile(packaged / "deployment.zip") as zf:
+        zf.extractall(tmp_path)
+    monkeypatch.setenv("CLARIFY_USER_POOL_ID", "us-east-1_p")
+    monkeypatch.setenv("CLARIFY_USER_POOL_CLIENT_ID", "c")
+    token = pool.sign(pool.access_claims("ws-9"))
+    (tmp_path / "probe.json").write_text(json.dumps({"jwks": pool.public_jwks(), "token": token}))
+    probe = ("import sys, json; sys.path.insert(0, '.'); from chalicelib.auth.pool import PoolVerifier, UserPool\n"
+             "d = json.load(open('probe.json')); import jwt.algorithms as a; assert not a.has_crypto\n"
+             "v = PoolVerifier(UserPool.at('us-east-1_p', 'c'), fetch=lambda url: d['jwks'])\n"
+             "print(v.verify(d['token']).workspace_id)\n"
+             "try:\n    v.verify(d['token'][:-2] + 'AA')\nexcept Exception as e: print(type(e).__name__)")
+    result = subprocess.run([sys.executable, "-S", "-I", "-c", probe], cwd=tmp_path, capture_output=True,
+                            text=True, env={"PATH": os.environ.get("PATH", "")}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ws-9", "Unauthorized"]
+
+
+def test_identity__pool_client_keyring_and_who_reads_them(template: dict[str, Any]) -> None:
+    res = template["Resources"]
+    pool = res["UserPool"]["Properties"]
+    assert pool["UsernameAttributes"] == ["email"] and pool["AdminCreateUserConfig"]["AllowAdminCreateUserOnly"]
+    policy = pool["Policies"]["PasswordPolicy"]
+    assert policy["MinimumLength"] >= 12 and all(policy[f"Require{c}"] for c in
+                                                 ("Lowercase", "Uppercase", "Numbers", "Symbols"))
+    assert (pool["MfaConfiguration"], pool["EnabledMfas"]) == ("OPTIONAL", ["SOFTWARE_TOKEN_MFA"])
+    assert res["UserPool"]["DeletionPolicy"] == res["AgentKeys"]["DeletionPolicy"] == "Retain"
+    client = res["UserPoolWebClient"]["Properties"]
+    assert client["GenerateSecret"] is False and client["UserPoolId"] == {"Ref": "UserPool"}
+    assert sorted(client["ExplicitAuthFlows"]) == ["ALLOW_REFRESH_TOKEN_AUTH", "ALLOW_USER_PASSWORD_AUTH"]
+    # No development secret anywhere in a deployed stage: its tokens are refused there.
+    assert "AuthSecret" not in template.get("Parameters", {})
+    for fn in _functions(template).values():
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert "CLARIFY_AUTH_SECRET" not in env and env["CLARIFY_STAGE"] == "prod"
+        assert env["CLARIFY_USER_POOL_ID"] == {"Ref": "UserPool"}
+        assert env["CLARIFY_AGENT_KEYS_SECRET"] == {"Ref": "AgentKeys"}
+    readers = sorted(name for name, role in _resources(template, "AWS::IAM::Role").items()
+                     for st in role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+                     if "secretsmanager:GetSecretValue" in st["Action"])
+    assert readers == ["APIHandlerRole", "BearerRole", "ReconcileBeforeTrafficRole", "ReconcileScheduledRole"]
+
+
 def test_template__cfn_lint__clean(packaged: Path) -> None:
     cfn_lint = Path(sys.executable).with_name("cfn-lint")
     result = subprocess.run([str(cfn_lint), str(packaged / "template.json")], capture_output=True, text=True,
@@ -554,14 +600,15 @@ def test_hosting__security_headers_policy__attached_to_both_behaviours(template:
                                                                *config["CacheBehaviors"]]}
     (policy_id,) = policies
     security = template["Resources"][policy_id]["Properties"]["ResponseHeadersPolicyConfig"]["SecurityHeadersConfig"]
-    csp = security["ContentSecurityPolicy"]["ContentSecurityPolicy"]
+    csp = security["ContentSecurityPolicy"]["ContentSecurityPolicy"]["Fn::Sub"]
     assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
     assert security["ContentTypeOptions"]["Override"] is True
     assert security["FrameOptions"]["FrameOption"] == "DENY"
     assert security["ReferrerPolicy"]["ReferrerPolicy"] == "no-referrer"
     assert security["StrictTransportSecurity"]["AccessControlMaxAgeSec"] >= 31_536_000
     # One definition: the local server sends exactly these (chalicelib/hosting.py)
-    assert hosting.SECURITY_HEADERS == {
+    assert "connect-src 'self' https://cognito-idp.${AWS::Region}.amazonaws.com" in csp  # the sign-in form
+    assert hosting.security_headers(hosting.COGNITO_AWS) == {
         "Content-Security-Policy": csp, "X-Content-Type-Options": "nosniff",
         "X-Frame-Options": security["FrameOptions"]["FrameOption"],
         "Referrer-Policy": security["ReferrerPolicy"]["ReferrerPolicy"],

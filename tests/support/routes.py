@@ -18,7 +18,7 @@ from tests.support.wait import DEADLINE
 
 V1 = "/api/v1"
 AGENT_PREFIX = V1 + "/agent/"
-PUBLIC = {("GET", V1 + "/health"), ("GET", V1 + "/openapi.json")}
+PUBLIC = {("GET", V1 + "/health"), ("GET", V1 + "/openapi.json"), ("GET", V1 + "/auth/config")}
 ASK = ("POST", V1 + "/agent/sessions/{session_id}/clarifications")
 DETACH = ("POST", V1 + "/agent/clarifications/{clarification_id}/detach")
 QUESTIONS = {"questions": [{"question_id": "q1", "prompt": "Which database?",
@@ -105,8 +105,10 @@ def error_code(resp: requests.Response) -> str | None:
 class World:
     a: dict[str, str]  # ids of session A's objects (task, session, message, clarification)
     b: dict[str, str]  # session B, same task and workspace
-    agent_a: str
+    agent_a: str  # development tokens (the local stage's)
     agent_b: str
+    keyring_a: str  # signed with the agent keyring, as dispatch mints them
+    keyring_b: str
 
 
 def build_world(stack: LocalStack, user: ApiClient, sim: SimAgent) -> World:
@@ -131,7 +133,8 @@ def build_world(stack: LocalStack, user: ApiClient, sim: SimAgent) -> World:
             entry["clarification_id"] = asked.json()["clarification_id"]
         if DETACH in all_routes():
             assert call(stack, DETACH, entry, token=token).status_code == 200
-    return World(ids[0], ids[1], stack.agent_token(ids[0]["session_id"]), stack.agent_token(ids[1]["session_id"]))
+    return World(ids[0], ids[1], stack.agent_token(ids[0]["session_id"]), stack.agent_token(ids[1]["session_id"]),
+                 stack.keyring_agent_token(ids[0]["session_id"]), stack.keyring_agent_token(ids[1]["session_id"]))
 
 
 def snapshot(workspace: str = "ws-1") -> dict[str, Any]:

@@ -71,10 +71,11 @@ def test_openapi__authorized_routes__declare_bearer_security(doc: dict[str, Any]
     assert missing == []
 
 
-def test_openapi__public_api_routes__only_health_and_openapi_without_security(doc: dict[str, Any]) -> None:
+def test_openapi__public_api_routes__only_health_openapi_and_sign_in_config_without_security(
+        doc: dict[str, Any]) -> None:
     public = {key for key, op in _operations(doc).items() if not op.get("security")}
     assert {(p, m) for p, m in public if p.startswith("/api/v1/")} == {
-        ("/api/v1/health", "get"), ("/api/v1/openapi.json", "get")}
+        ("/api/v1/health", "get"), ("/api/v1/openapi.json", "get"), ("/api/v1/auth/config", "get")}
     assert public == set(_routes()) - _authorized()  # and the document says so for every public route
 
 
