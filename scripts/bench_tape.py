@@ -105,7 +105,8 @@ class Tape:
         exchange = Exchange(service, operation, params, response.status_code, dict(response.headers),
                             response.content)
         if service == "dynamodb":
-            exchange.wcu, exchange.rcu = capacity(operation, params, json.loads(exchange.body or b"{}"),
+            answer = json.loads(exchange.body or b"{}")
+            exchange.wcu, exchange.rcu = capacity(operation, params, _stored_answer(request, operation, answer),
                                                   response.status_code < 300, before,
                                                   _items(request, service, operation, params))
         self.exchanges.append(exchange)
@@ -141,14 +142,43 @@ def _target(request: Any) -> tuple[str, str]:
 Key = tuple[str, str]  # (table, canonical key JSON)
 
 
+def _backend(request: Any) -> Any:
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+    region = str(request.headers.get("Authorization", b"")).split("Credential=")[1].split("/")[2]
+    return dynamodb_backends[DEFAULT_ACCOUNT_ID][region]
+
+
+def _stored_answer(request: Any, operation: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """A read's answer with every item it returns as stored: DynamoDB charges a read for the whole item,
+    whatever its projection returns."""
+    if operation not in ("GetItem", "Query", "Scan", "BatchGetItem"):
+        return answer
+    backend = _backend(request)
+
+    def whole(table_name: str, item: dict[str, Any]) -> dict[str, Any]:
+        table = backend.tables.get(table_name)
+        names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else []) if table else []
+        if not names or any(n not in item for n in names):
+            return item
+        stored = backend.get_item(table_name, {n: item[n] for n in names})
+        return stored.to_json()["Attributes"] if stored is not None else item
+    params = json.loads(request.body or b"{}")
+    if operation == "GetItem" and "Item" in answer:
+        return {**answer, "Item": whole(params["TableName"], {**answer["Item"], **params["Key"]})}
+    if operation in ("Query", "Scan"):
+        return {**answer, "Items": [whole(params["TableName"], i) for i in answer.get("Items", [])]}
+    if operation == "BatchGetItem":
+        return {**answer, "Responses": {t: [whole(t, i) for i in items]
+                                        for t, items in answer.get("Responses", {}).items()}}
+    return answer
+
+
 def _items(request: Any, service: str, operation: str, params: dict[str, Any]) -> dict[Key, Any]:
     """The stored items (wire form, or None) a write names, read from the in-process emulator."""
     if service != "dynamodb" or operation not in WRITES:
         return {}
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.dynamodb.models import dynamodb_backends
-    region = str(request.headers.get("Authorization", b"")).split("Credential=")[1].split("/")[2]
-    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][region]
+    backend = _backend(request)
     found: dict[Key, Any] = {}
     for table_name, key in _named(operation, params, backend):
         item = backend.get_item(table_name, key) if table_name in backend.tables else None
