@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ class Tape:
         self.exchanges: list[Exchange] = []
         self._next = 0
         self._recording = False
+        self.pricing_cpu = 0.0  # this thread's CPU spent pricing requests while recording (not the code's own)
 
     @contextmanager
     def recording(self) -> Iterator[Tape]:
@@ -99,9 +101,12 @@ class Tape:
                 raise TapeMismatch(f"replay asked for {operation}, the recording has {exchange.operation}")
             self._next += 1
             return exchange.response(request.url)
+        started = time.thread_time()
         params = json.loads(request.body or b"{}")
         before = _items(request, service, operation, params)
+        self.pricing_cpu += time.thread_time() - started
         response = _ORIGINAL_SEND(endpoint, request)
+        started = time.thread_time()
         exchange = Exchange(service, operation, params, response.status_code, dict(response.headers),
                             response.content)
         if service == "dynamodb":
@@ -109,6 +114,7 @@ class Tape:
             exchange.wcu, exchange.rcu = capacity(operation, params, _stored_answer(request, operation, answer),
                                                   response.status_code < 300, before,
                                                   _items(request, service, operation, params))
+        self.pricing_cpu += time.thread_time() - started
         self.exchanges.append(exchange)
         return response
 
