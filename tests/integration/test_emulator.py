@@ -1,7 +1,8 @@
 """The local emulator answers as DynamoDB does where moto alone would not (scripts/local/emulator.py,
 docs/emulator.md): one request at a time, a refused update stores nothing, an update that grows an item past
 400 KB is refused, and a cancelled transaction changes nothing while its backup copies only its own items.
-Each test fails on moto without the patch it names. They run over HTTP, on the emulator."""
+Each of those tests fails on moto without the patch it names; they run over HTTP, on the emulator. The last
+test checks the local stream pump's use of the streams API."""
 from __future__ import annotations
 
 import threading
