@@ -292,7 +292,7 @@ def cmd_release(args: argparse.Namespace, out: Out) -> int:
 # ------------------------------------------------------------------ replay
 def cmd_replay(args: argparse.Namespace, out: Out) -> int:
     """Stream records the local pump set aside: list them, or hand one (or all) to its stream function."""
-    from scripts.local.stack import stream_handlers
+    from scripts.local.handlers import stream_handlers
     from scripts.local.stream_failures import FailureStore
 
     if args.stage != "local":

@@ -18,10 +18,10 @@ from .errors import guarded
 from .expr import Expr, to_attr
 from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
 from .protocol import Remembered
+from .writes import RECON_SHARD
 
 T = TypeVar("T")
 EVENT_TTL = timedelta(days=7)
-RECON_SHARD = "due"  # chalicelib.store.writes names the index partitions
 
 
 class DynamoRecords:

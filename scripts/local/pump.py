@@ -20,14 +20,14 @@ import logging
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from chalicelib import observability as obs
 
+from .handlers import Handler, LambdaContext, stream_handlers
 from .stream_failures import FailureStore
 
 log = logging.getLogger("pump")
@@ -36,7 +36,6 @@ RETRY_DELAY = 0.5  # seconds before the second attempt; doubles per attempt up t
 MAX_RETRY_DELAY = 10.0
 HEARTBEAT = 5.0  # seconds between status writes when nothing changed
 STREAM_LOOKUP = 30.0  # seconds a table's stream and shard list are reused (shards split; tables get recreated)
-Handler = Callable[[dict[str, Any], Any], Any]
 
 
 @dataclass
@@ -54,15 +53,6 @@ class _Shard:
     attempts: int = 0  # failed attempts at retry_from
     next_try: float = 0.0  # monotonic time before which a failing shard is not retried
     lag: float = 0.0  # seconds: age of the oldest record known not to be handled yet
-
-
-@dataclass
-class LambdaContext:
-    function_name: str
-    aws_request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
 
 
 def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
@@ -240,7 +230,6 @@ def main(argv: list[str] | None = None) -> int:
         for entry in store.list():
             print(json.dumps(entry.summary()))
         return 0
-    from .stack import stream_handlers
     ok = store.replay(args.id, stream_handlers())
     print("replayed" if ok else "still failing: it stays set aside", file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1

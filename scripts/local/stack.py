@@ -17,22 +17,14 @@ from .api_server import ApiThread
 from .bus import LocalBus, ensure_bus
 from .emulator import EmulatorThread
 from .env import apply, local_env
+from .handlers import stream_handlers
 from .identity import add_user, ensure_identity, new_password, sign_in
-from .pump import MAX_ATTEMPTS, RETRY_DELAY, Handler, StreamPump, Target
+from .pump import MAX_ATTEMPTS, RETRY_DELAY, StreamPump, Target
 from .scheduler import Scheduler
 
 
 def aws_clients(endpoint: str) -> tuple[Any, Any]:
     return aws.client("dynamodb", endpoint_url=endpoint), aws.client("dynamodbstreams", endpoint_url=endpoint)
-
-
-def stream_handlers() -> dict[str, Handler]:
-    """The app's stream functions by the table whose stream they read (as the AWS mappings wire them)."""
-    import app as application
-    from chalicelib.store.models import HistoryRecord, SessionRecord, TaskRecord
-    return {str(SessionRecord.Meta.table_name): application.sessions_stream,
-            str(HistoryRecord.Meta.table_name): application.history_stream,
-            str(TaskRecord.Meta.table_name): application.tasks_stream}
 
 
 def make_pump(endpoint: str, **options: Any) -> StreamPump:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-Handler = Callable[[dict[str, Any], Any], Any]
+from .handlers import Handler, LambdaContext
+
 DEFAULT_DIR = ".local/stream-failures"
 
 
@@ -73,7 +73,6 @@ class FailureStore:
         entry = self.get(entry_id)
         if entry is None:
             raise KeyError(f"no set-aside record {entry_id!r}")
-        from .pump import LambdaContext  # the pump imports this module
         result = handlers[entry.table]({"Records": [entry.record]}, LambdaContext(function_name=entry.table))
         failures = result.get("batchItemFailures") if isinstance(result, dict) else None
         if failures:

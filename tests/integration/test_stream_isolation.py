@@ -18,8 +18,9 @@ import requests
 from chalicelib import bootstrap
 from chalicelib.functions import streams
 from chalicelib.store.models import SessionRecord
+from scripts.local.handlers import stream_handlers
 from scripts.local.pump import StreamPump
-from scripts.local.stack import LocalStack, make_pump, stream_handlers
+from scripts.local.stack import LocalStack, make_pump
 from scripts.local.stream_failures import FailureStore
 from tests.support.flow import ApiClient
 
