@@ -23,6 +23,11 @@ def to_attr(value: Any) -> dict[str, Any]:
         return {"N": str(value)}
     if kind is list:
         return {"L": [to_attr(v) for v in value]}
+    return _subclass_or_other(value)
+
+
+def _subclass_or_other(value: Any) -> dict[str, Any]:
+    """The rarer shapes: subclasses of the common types, bools, null, other mappings and sequences, bytes."""
     if isinstance(value, str):
         return {"S": value}
     if isinstance(value, bool):  # before int: bool is an int
