@@ -5,18 +5,35 @@ private prompt-dispatch and recovery fields are removed from anything public.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from . import clarify
 from .model import Bundle, Event, Message, Session, Task, TurnRecord
-from .rules import bundle_is_active, input_capable, pending_action, row_status
+from .rules import bundle_is_active, input_capable, pending_action, published_turn, row_status
 
 # Private prompt-dispatch and recovery fields: never in a public event. ("prompt" is not among them: a
 # question's prompt text is public; the aggregate's prompt slot never reaches a payload, views build them.)
 PRIVATE_FIELDS = frozenset({"agent_token", "recon_due", "recon_shard", "reservation", "dispatch", "deadline",
                             "client_message_id", "delivery", "delivery_pending", "recovery", "idempotency_key",
                             "fingerprint", "watchdog", "queue", "prompt_generation", "execution_id"})
+
+
+# The most JSON one transcript entry can take: a bundle of 4 questions of 6 options at every documented limit,
+# answered with the longest custom texts, every character one JSON escapes to 6 bytes (tests/unit/test_bounds.py
+# builds it). The transcript's byte bound rests on it.
+MAX_ENTRY_BYTES = 330_000
+
+
+def to_json(value: Any) -> str:
+    """How every response body and event is serialised: UTF-8 as is (an emoji is 4 bytes, not 12)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def entry_bytes(view: Mapping[str, Any]) -> int:
+    """The bytes `view` takes in a response body."""
+    return len(to_json(view).encode("utf-8", "surrogatepass"))
 
 
 def strip_private(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -38,7 +55,7 @@ def event_view(event: Event) -> dict[str, Any]:
 def task_view(task: Task, last_activity_at: str | None = None) -> dict[str, Any]:
     return {
         "id": task.id, "title": task.title, "workflow_step": task.workflow_step, "created_at": task.created_at,
-        "last_activity_at": last_activity_at or max(task.created_at, task.summary.updated_at),
+        "last_activity_at": last_activity_at or task.last_activity_at,
         "status_summary": {"pending_action": task.summary.pending_action, "revision": task.summary.revision,
                            "primary_session_id": task.summary.primary_session_id},
     }
@@ -109,13 +126,17 @@ def clarification_view(session: Session, bundle: Bundle, *, now: str,
     }
 
 
-def transcript_view(session: Session, messages: list[Message], *, now: str,
-                    viewer_key: str | None = None) -> dict[str, Any]:
-    """Messages in order; clarification anchors carry their bundle's live state from the aggregate."""
+def transcript_view(session: Session, messages: list[Message], *, now: str, viewer_key: str | None = None,
+                    older_cursor: str | None = None, pending: tuple[Bundle, ...] = ()) -> dict[str, Any]:
+    """A transcript page: messages in order, clarification anchors carrying their bundle's live state from
+    the aggregate; `pending_clarifications`: the session's active questions, wherever they are in it (the
+    page may not reach back to them); `current_turn_id`: the published turn."""
     out = []
     for m in messages:
         bundle = session.bundle(m.clarification_id) if m.clarification_id else None
         out.append(clarification_view(session, bundle, now=now, viewer_key=viewer_key) if bundle is not None
                    else message_view(m))
-    turn = session.current_turn
-    return {"current_turn_id": turn.id if turn else None, "messages": out}
+    turn = published_turn(session)
+    return {"current_turn_id": turn.id if turn else None, "messages": out, "older_cursor": older_cursor,
+            "pending_clarifications": [clarification_view(session, b, now=now, viewer_key=viewer_key)
+                                       for b in pending]}

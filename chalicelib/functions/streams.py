@@ -97,9 +97,10 @@ def on_session_record(deps: Deps, record: Record) -> None:
     _turns(deps, old, new)
     _prompt_message(deps, old, new)
     _bundles(deps, old, new)
-    _session_event(deps, old, new)
-    if old is None or pending_action(old) != pending_action(new) or old.is_primary != new.is_primary:
-        refresh_task_summary(deps, new.task_id, fresh=new, republish=True)
+    moved = _session_event(deps, old, new)
+    if moved or old is None or pending_action(old) != pending_action(new) or old.is_primary != new.is_primary:
+        # a new turn, state or pending question is the task's activity: it moves up the task list
+        refresh_task_summary(deps, new.task_id, fresh=new, republish=True, activity=new.updated_at if moved else None)
 
 
 def _turns(deps: Deps, old: Session | None, new: Session) -> None:
@@ -172,12 +173,14 @@ def changed_rows(old: Bundle, new: Bundle) -> list[str]:
     return out
 
 
-def _session_event(deps: Deps, old: Session | None, new: Session) -> None:
+def _session_event(deps: Deps, old: Session | None, new: Session) -> bool:
+    """session.updated when the state, the pending action or the turn changed; True then."""
     view, before = session_view(new), (session_view(old) if old else None)
     relevant = ("state", "pending_action", "current_turn_id")
     if before is not None and all(view[k] == before[k] for k in relevant):
-        return
+        return False
     emit_for(deps, new, f"session.updated:{new.id}:{new.version}", "session.updated", new.updated_at, view)
+    return True
 
 
 # ------------------------------------------------------------------ history table

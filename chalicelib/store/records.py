@@ -6,18 +6,18 @@ session aggregate's write path (chalicelib.store.dynamo) never depends on them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from ..domain.errors import AlreadyRemembered, ConditionFailed
+from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreUnavailable
 from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
 from ..domain.time import parse_iso
 from . import codec
 from .errors import guarded
 from .expr import Expr, to_attr
 from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
-from .protocol import Remembered
+from .protocol import Paged, Remembered
 
 T = TypeVar("T")
 EVENT_TTL = timedelta(days=7)
@@ -52,6 +52,32 @@ class DynamoRecords:
     def list_tasks(self, workspace_id: str) -> list[Task]:
         return guarded(lambda: [codec.task_from_item(codec.plain(r.attribute_values))
                                 for r in TaskRecord.by_workspace.query(workspace_id)])
+
+    def page_tasks(self, workspace_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Task]:
+        start = ({"workspace_id": {"S": workspace_id}, "list_key": {"S": after[0]}, "task_id": {"S": after[1]}}
+                 if after else None)
+        items, more = _one_page(self.client, limit, start, TableName=TaskRecord.Meta.table_name,
+                                IndexName=TaskRecord.by_activity.Meta.index_name,
+                                KeyConditionExpression="workspace_id = :w",
+                                ExpressionAttributeValues={":w": {"S": workspace_id}}, ScanIndexForward=False)
+        tasks = [codec.task_from_item(i) for i in items]
+        last = items[-1] if items else None
+        return Paged(tasks, (last["list_key"], last["task_id"]) if more and last else None)
+
+    def page_sessions(self, task_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Session]:
+        start = ({"task_id": {"S": task_id}, "created_at": {"S": after[0]}, "session_id": {"S": after[1]}}
+                 if after else None)
+        items, more = _one_page(self.client, limit, start, TableName=SessionRecord.Meta.table_name,
+                                IndexName=SessionRecord.by_task.Meta.index_name,
+                                KeyConditionExpression="task_id = :t",
+                                ExpressionAttributeValues={":t": {"S": task_id}}, ScanIndexForward=False)
+        last = items[-1] if items else None
+        return Paged([codec.session_from_item(i) for i in items],
+                     (last["created_at"], last["session_id"]) if more and last else None)
+
+    def get_sessions(self, session_ids: Sequence[str]) -> list[Session]:
+        keys = [{"session_id": {"S": sid}} for sid in dict.fromkeys(session_ids)]
+        return [codec.session_from_item(i) for i in _batch_get(self.client, SessionRecord.Meta.table_name, keys)]
 
     # ---------------------------------------------------------------- idempotency records
     def get_remembered(self, key: str) -> Remembered | None:
@@ -90,7 +116,7 @@ class DynamoRecords:
         e = Expr()
         fields: list[tuple[str, Any]] = [("kind", "turn"), ("item_id", record.id), ("workspace_id", workspace_id),
                                          ("task_id", task_id), ("turn_id", record.id), ("turn_seq", record.seq),
-                                         ("created_at", record.started_at)]
+                                         ("turn_order", record.seq), ("created_at", record.started_at)]
         if record.completed_at:  # never un-complete a record on redelivery
             fields.append(("completed_at", record.completed_at))
         update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields)
@@ -127,6 +153,43 @@ class DynamoRecords:
                     messages.append(codec.message_from_history(item))
             return turns, messages
         return guarded(query)
+
+    def page_messages(self, session_id: str, limit: int, before: str | None) -> Paged[tuple[str, Message]]:
+        kwargs: dict[str, Any] = {
+            "TableName": HistoryRecord.Meta.table_name, "ConsistentRead": True, "ScanIndexForward": False,
+            "KeyConditionExpression": "session_id = :s AND sk BETWEEN :lo AND :hi",
+            "FilterExpression": "#k = :m AND attribute_not_exists(#d)",
+            "ExpressionAttributeNames": {"#k": "kind", "#d": "deleted"},
+            "ExpressionAttributeValues": {":s": {"S": session_id}, ":m": {"S": "message"},
+                                          ":lo": {"S": codec.HISTORY_TURNS_FROM},
+                                          ":hi": {"S": before or codec.HISTORY_TURNS_TO}},
+            "Limit": limit + 2}  # BETWEEN includes `before` itself: it is read and left out
+        out: list[tuple[str, Message]] = []
+        for _ in range(PAGE_QUERIES):  # turn records and tombstones between messages are read, not returned
+            resp = guarded(lambda: self.client.query(**kwargs))
+            out.extend((i["sk"], codec.message_from_history(i)) for i in map(codec.from_attrs, resp["Items"])
+                       if i["sk"] != before)
+            if len(out) > limit:
+                return Paged(out[:limit], (out[limit - 1][0],))
+            if "LastEvaluatedKey" not in resp:
+                return Paged(out, None)
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        return Paged(out, (kwargs["ExclusiveStartKey"]["sk"]["S"],))  # short: the next page goes on from here
+
+    def page_turns(self, session_id: str, limit: int, before: int | None) -> Paged[TurnRecord]:
+        cond, values = "session_id = :s", {":s": {"S": session_id}}
+        if before is not None:
+            cond, values[":b"] = cond + " AND turn_order < :b", {"N": str(before)}
+        items, more = _one_page(self.client, limit, None, TableName=HistoryRecord.Meta.table_name,
+                                IndexName=HistoryRecord.turns.Meta.index_name, KeyConditionExpression=cond,
+                                ExpressionAttributeValues=values, ScanIndexForward=False)
+        turns = [codec.turn_record_from_history(i) for i in items]
+        return Paged(turns, (str(turns[-1].seq),) if more and turns else None)
+
+    def get_archived_many(self, session_id: str, bundle_ids: Sequence[str]) -> list[Bundle]:
+        keys = [{"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(b)}}
+                for b in dict.fromkeys(bundle_ids)]
+        return [codec.archive_from_item(i) for i in _batch_get(self.client, HistoryRecord.Meta.table_name, keys)]
 
     # ---------------------------------------------------------------- archived bundles (history records)
     def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None:
@@ -203,6 +266,35 @@ def _message_fields(message: Message) -> dict[str, Any]:
     if message.meta:
         fields["meta"] = json.dumps(dict(message.meta))  # the model's JSON attribute stores a string
     return fields
+
+
+PAGE_QUERIES = 4  # a transcript page reads at most this many Query pages
+
+
+def _one_page(client: Any, limit: int, start: dict[str, Any] | None,
+              **kwargs: Any) -> tuple[list[dict[str, Any]], bool]:
+    """One Query for `limit` items (and one more, to know whether another page follows)."""
+    if start:
+        kwargs["ExclusiveStartKey"] = start
+    resp = guarded(lambda: client.query(Limit=limit + 1, **kwargs))
+    items = [codec.from_attrs(i) for i in resp.get("Items", [])]
+    return items[:limit], len(items) > limit
+
+
+def _batch_get(client: Any, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """BatchGetItem (strongly consistent) in requests of 100 keys, unprocessed keys asked again."""
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(keys), 100):
+        request: dict[str, Any] = {table: {"Keys": keys[start:start + 100], "ConsistentRead": True}}
+        for _ in range(10):
+            resp = guarded(lambda r=request: client.batch_get_item(RequestItems=r))  # type: ignore[misc]
+            out.extend(codec.from_attrs(i) for i in resp.get("Responses", {}).get(table, []))
+            request = resp.get("UnprocessedKeys") or {}
+            if not request:
+                break
+        else:
+            raise StoreUnavailable("the database kept leaving keys of a batch read unprocessed")
+    return out
 
 
 def remember_put(entry: Remembered) -> dict[str, Any]:

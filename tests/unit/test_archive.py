@@ -12,10 +12,13 @@ import pytest
 from chalicelib.domain.errors import ConditionFailed, ItemTooLarge
 from chalicelib.domain.model import Delivery, Reservation, Watchdog
 from chalicelib.domain.rules import archivable
+from chalicelib.functions import streams
 from chalicelib.services.deps import Settings
 from chalicelib.store import codec
+from chalicelib.store.memory import MemoryStore
 from chalicelib.store.size import item_size
 from tests.contract.builders import AT, LATER, T1, T2, bundle, row, session
+from tests.support.crash import SessionTap
 from tests.support.world import ANSWER, World
 
 ANSWERED = row("q1", "answered", response={"selected_options": ["a"]})
@@ -42,7 +45,14 @@ def test_archivable__only_what_nothing_can_change_any_more(rows: tuple, extra: d
 
 
 def _long_session(budget: int, compact: int) -> World:
-    return World(settings=Settings(deployment_id="archive", session_budget_bytes=budget, session_compact_bytes=compact))
+    return World(SessionTap(MemoryStore()),
+                 settings=Settings(deployment_id="archive", session_budget_bytes=budget, session_compact_bytes=compact))
+
+
+def _stream(w: World) -> None:
+    """The sessions stream function catches up (it copies each question's transcript anchor to history)."""
+    for record in w.store.records():
+        streams.on_session_record(w.deps, record)
 
 
 def test_long_session__every_question_answered__never_session_full_and_the_item_stays_small() -> None:
@@ -57,6 +67,7 @@ def test_long_session__every_question_answered__never_session_full_and_the_item_
         cids.append(cid)
     s = w.get(sid)
     assert item_size(codec.session_to_item(s)) <= 4 * 1024 + 1024 and s.archived >= 30
+    _stream(w)
     entries = [m for m in w.transcript(sid)["messages"] if m["type"] == "clarification"]
     assert [e["clarification_id"] for e in entries] == cids  # in order, wherever each lives
     assert {e["state"] for e in entries} == {"rejected"}
