@@ -18,6 +18,7 @@ from ..domain.clarify import visible_rows
 from ..domain.model import Bundle, Session, Turn, TurnRecord
 from ..domain.public import clarification_view, message_view, session_view, task_view
 from ..domain.rules import pending_action, published_turn
+from ..services import archive
 from ..services.deps import Deps, iso
 from ..services.events import emit, emit_event, emit_for, turn_completed, turn_started
 from ..services.history import bundle_message, prompt_message
@@ -101,6 +102,7 @@ def on_session_record(deps: Deps, record: Record) -> None:
     if moved or old is None or pending_action(old) != pending_action(new) or old.is_primary != new.is_primary:
         # a new turn, state or pending question is the task's activity: it moves up the task list
         refresh_task_summary(deps, new.task_id, fresh=new, republish=True, activity=new.updated_at if moved else None)
+    archive.settle(deps, new)  # its anchor is in history now: what can no longer be answered leaves the aggregate
 
 
 def _turns(deps: Deps, old: Session | None, new: Session) -> None:

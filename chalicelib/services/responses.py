@@ -240,22 +240,14 @@ def confirm(deps: Deps, caller: Caller, clarification_id: str, command: Confirm)
 
 
 def dismiss(deps: Deps, caller: Caller, clarification_id: str) -> dict[str, Any]:
-    """Hide an inactive question's answer surface for this user everywhere; sends and resumes nothing.
-
-    An archived bundle has no answer surface left (every question answered, skipped or withdrawn): nothing
-    is written."""
-    session, bundle, archived = located_for_user(deps, caller, clarification_id)
+    """Hide an inactive question's answer surface for this user everywhere; sends and resumes nothing. It is
+    marked wherever it lives (the aggregate, or its history record once archived)."""
+    session, bundle, _ = located_for_user(deps, caller, clarification_id)
     if bundle_is_active(session, bundle):
         raise ClarificationActive("the question is still active: answer it or skip it")
-    if archived:
-        return {"clarification_id": bundle.id, "dismissed": True}
-    rows = [r.question.question_id for r in bundle.rows]
     try:
-        deps.store.dismiss(session.id, bundle.id, rows, clarify.dismissal_key(caller.sub), deps.now())
+        archive.mark(deps, session, bundle, dismissed_by=clarify.dismissal_key(caller.sub))
     except ConditionFailed as exc:
-        current = exc.session or deps.store.get_session(session.id)
-        if current is not None and current.bundle(bundle.id) is None and archive.find(deps, current, bundle.id):
-            return {"clarification_id": bundle.id, "dismissed": True}  # archived meanwhile
         raise ClarificationActive("the question is still active: answer it or skip it") from exc
     return {"clarification_id": bundle.id, "dismissed": True}
 

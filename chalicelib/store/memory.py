@@ -234,6 +234,20 @@ class MemoryStore(ConditionalWrites):
         records = sorted(self.archive.get(session_id, {}).values(), key=lambda r: r["sk"])
         return [codec.archive_from_item(r) for r in records]
 
+    def mark_archived(self, session_id: str, bundle_id: str, *, dismissed_by: str | None = None,
+                      late_message_id: str | None = None) -> bool:
+        with self._lock:
+            record = self.archive.get(session_id, {}).get(bundle_id)
+            if record is None:
+                return False
+            bundle = record["bundle"] = dict(record["bundle"])
+            if dismissed_by is not None:
+                bundle["dismissed_by"] = {**(bundle.get("dismissed_by") or {}), dismissed_by: True}
+            if late_message_id is not None:
+                bundle["late_message_id"] = late_message_id
+            self.writes += 1
+            return True
+
     def delete_archived(self, session_id: str, bundle_id: str) -> bool:
         with self._lock:
             removed = self.archive.get(session_id, {}).pop(bundle_id, None) is not None

@@ -206,6 +206,24 @@ class DynamoRecords:
                          ExpressionAttributeValues={":s": {"S": session_id},
                                                     ":a": {"S": codec.history_sk_archive("")}})
 
+    def mark_archived(self, session_id: str, bundle_id: str, *, dismissed_by: str | None = None,
+                      late_message_id: str | None = None) -> bool:
+        e = Expr()
+        sets = []
+        if dismissed_by is not None:
+            sets.append(f"{e.path('bundle', 'dismissed_by', dismissed_by)} = {e.value(True)}")
+        if late_message_id is not None:
+            sets.append(f"{e.path('bundle', 'late_message_id')} = {e.value(late_message_id)}")
+        try:
+            guarded(lambda: self.client.update_item(
+                TableName=HistoryRecord.Meta.table_name, UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=f"attribute_exists({e.path('sk')})",
+                Key={"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(bundle_id)}},
+                **e.placeholders()))
+            return True
+        except ConditionFailed:
+            return False
+
     def delete_archived(self, session_id: str, bundle_id: str) -> bool:
         try:
             guarded(lambda: self.client.delete_item(

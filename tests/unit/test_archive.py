@@ -28,13 +28,14 @@ ANSWERED = row("q1", "answered", response={"selected_options": ["a"]})
     ((ANSWERED, row("q2", "rejected")), {}, True),
     ((row("q1", "cancelled"),), {}, True),
     ((ANSWERED, row("q2")), {}, False),  # a question still open
-    ((row("q1"),), {"turn": T2}, False),  # superseded and unanswered: a late answer links to it
-    ((row("q1", "expired"),), {}, False),  # expired unanswered: the same
+    ((row("q1"),), {"turn": T2}, True),  # superseded: a late answer links to its record
+    ((row("q1", "expired"),), {}, True),  # expired: the same
+    ((row("q1"),), {}, False),  # active: respond answers it
     ((ANSWERED,), {"delivery": Delivery("d1", ("q1",), "answered", "live", AT, LATER)}, False),  # on its way
     ((ANSWERED,), {"reservation": True}, False),  # a resume still carries it
     ((ANSWERED,), {"watchdog": True}, False),  # its watchdog may still re-prompt it
 ])
-def test_archivable__only_what_nothing_can_change_any_more(rows: tuple, extra: dict, expected: bool) -> None:
+def test_archivable__whatever_respond_can_no_longer_answer(rows: tuple, extra: dict, expected: bool) -> None:
     b = bundle("s1", "b1", T1, *rows, **({"delivery": extra["delivery"]} if "delivery" in extra else {}))
     s = session("s1", b, turn=extra.get("turn", T1))
     if extra.get("reservation"):
