@@ -26,6 +26,30 @@ PRIVATE_FIELDS = frozenset({"agent_token", "recon_due", "recon_shard", "reservat
 MAX_ENTRY_BYTES = 330_000
 
 
+# Events carry ids and a bounded summary, never a whole bundle or message: whatever the API accepted, an event
+# (stored in the feed as JSON, sent on the bus) stays a few KB, far inside DynamoDB's 400 KB item and
+# EventBridge's 256 KB entry. A client refetches the transcript for the rest.
+EVENT_TEXT = 280  # characters of a message's content an event carries
+
+
+def message_event_view(message: Message) -> dict[str, Any]:
+    """message.added: the message's view with its content cut to EVENT_TEXT characters (`truncated` says so)."""
+    view = message_view(message)
+    view.pop("in_reply_to", None)
+    if len(message.content) > EVENT_TEXT:
+        view["content"], view["truncated"] = message.content[:EVENT_TEXT], True
+    return view
+
+
+def clarification_event_view(session: Session, bundle: Bundle, *, now: str) -> dict[str, Any]:
+    """message.updated of a clarification: its ids, state and each question's status, no texts."""
+    full = clarification_view(session, bundle, now=now)
+    return {**{k: full[k] for k in ("id", "type", "clarification_id", "turn_id", "session_id", "created_at",
+                                    "state", "agent_disconnected", "answerable", "late_answer_allowed",
+                                    "late_answer_message_id")},
+            "questions": [{"question_id": q["question_id"], "status": q["status"]} for q in full["questions"]]}
+
+
 def to_json(value: Any) -> str:
     """How every response body and event is serialised: UTF-8 as is (an emoji is 4 bytes, not 12)."""
     return json.dumps(value, ensure_ascii=False)

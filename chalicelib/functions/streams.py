@@ -16,7 +16,7 @@ from typing import Any
 from .. import observability as obs
 from ..domain.clarify import visible_rows
 from ..domain.model import Bundle, Session, Turn, TurnRecord
-from ..domain.public import clarification_view, message_view, session_view, task_view
+from ..domain.public import clarification_event_view, message_event_view, session_view, task_view
 from ..domain.rules import pending_action, published_turn
 from ..services import archive
 from ..services.deps import Deps, iso
@@ -152,7 +152,7 @@ def _bundles(deps: Deps, old: Session | None, new: Session) -> None:
         changed = changed_rows(previous, bundle) if not _claim_unconfirmed(bundle) else []
         if changed:
             emit_for(deps, new, f"message.updated:{bundle.id}:{new.version}", "message.updated", new.updated_at,
-                     {**clarification_view(new, bundle, now=new.updated_at), "changed_question_ids": changed})
+                     {**clarification_event_view(new, bundle, now=new.updated_at), "changed_question_ids": changed})
 
 
 def _claim_unconfirmed(bundle: Bundle) -> bool:
@@ -198,7 +198,7 @@ def on_history_record(deps: Deps, record: Record) -> None:
     common = {"workspace_id": message.workspace_id, "task_id": message.task_id, "session_id": message.session_id}
     if name == "INSERT" and not item.get("deleted"):
         emit(deps, **common, event_id=f"message.added:{message.id}", kind="message.added",
-             at=message.created_at, payload=message_view(message))
+             at=message.created_at, payload=message_event_view(message))
     elif name == "REMOVE":
         emit(deps, **common, event_id=f"message.deleted:{message.id}", kind="message.deleted",
              at=_record_time(record, deps), payload={"id": message.id, "turn_id": message.turn_id})

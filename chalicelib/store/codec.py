@@ -10,6 +10,7 @@ from ..domain.model import (
     Bundle,
     Delivery,
     Dispatch,
+    Event,
     Message,
     Option,
     Prompt,
@@ -337,6 +338,36 @@ def archive_to_item(session: Session, bundle: Bundle) -> dict[str, Any]:
     return {"session_id": session.id, "sk": history_sk_archive(bundle.id), "kind": "archive", "item_id": bundle.id,
             "workspace_id": session.workspace_id, "task_id": session.task_id, "turn_id": bundle.turn_id,
             "turn_seq": 0, "created_at": bundle.created_at, "bundle": bundle_to_item(bundle)}
+
+
+def stored_json(value: Any) -> str:
+    """A JSON attribute as stored: UTF-8 as is (escaped, a non-ASCII character would count 6 or 12 bytes)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def message_to_item(message: Message) -> dict[str, Any]:
+    """A transcript message's history record, exactly as stored (its size is what DynamoDB counts)."""
+    item: dict[str, Any] = {
+        "session_id": message.session_id, "sk": history_sk_message(message.turn_seq, message.created_at, message.id),
+        "kind": "message", "item_id": message.id, "workspace_id": message.workspace_id, "task_id": message.task_id,
+        "turn_id": message.turn_id, "turn_seq": message.turn_seq, "created_at": message.created_at,
+        "author_type": message.author_type, "type": message.type, "content": message.content}
+    if message.clarification_id:
+        item["clarification_id"] = message.clarification_id
+    if message.meta:
+        item["meta"] = stored_json(dict(message.meta))
+    return item
+
+
+def event_to_item(event: Event, written_at: str, expires_at: int) -> dict[str, Any]:
+    """A feed event's record, exactly as stored."""
+    item: dict[str, Any] = {
+        "workspace_id": event.workspace_id, "sk": f"{event.at}#{event.id}", "event_id": event.id,
+        "type": event.type, "task_id": event.task_id, "payload": stored_json(dict(event.payload)), "at": event.at,
+        "written_at": written_at, "expires_at": expires_at}
+    if event.session_id:
+        item["session_id"] = event.session_id
+    return item
 
 
 def archive_from_item(item: Mapping[str, Any]) -> Bundle:

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from ..domain.errors import AlreadyRemembered, ConditionFailed, ItemTooLarge, StoreRejected
+from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreRejected
 from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
 from . import codec
 from .document import InvalidPath, Write
 from .protocol import Paged, Remembered
-from .size import MAX_ITEM_BYTES, item_size
+from .size import ensure_fits
 from .writes import QUARANTINE_SHARD, RECON_SHARD, ConditionalWrites
 
 T = TypeVar("T")
@@ -181,6 +181,7 @@ class MemoryStore(ConditionalWrites):
     # ---------------------------------------------------------------- history
     def put_message(self, message: Message) -> bool:
         key = codec.history_sk_message(message.turn_seq, message.created_at, message.id)
+        _check_size(codec.message_to_item(message))  # as DynamoDB would count it
         with self._lock:
             items = self.history.setdefault(message.session_id, {})
             if key in items or (message.session_id, key) in self.tombstones:
@@ -257,6 +258,7 @@ class MemoryStore(ConditionalWrites):
     # ---------------------------------------------------------------- events
     def put_event(self, event: Event, written_at: str) -> bool:
         key = f"{event.at}#{event.id}"
+        _check_size(codec.event_to_item(event, written_at, 0))  # as DynamoDB would count it
         with self._lock:
             feed = self.events.setdefault(event.workspace_id, {})
             if key in feed:
@@ -301,5 +303,4 @@ def _applied(write: Write, item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_size(item: Mapping[str, Any]) -> None:
-    if item_size(item) > MAX_ITEM_BYTES:
-        raise ItemTooLarge("the item would exceed the 400 KB item size limit")
+    ensure_fits(item)

@@ -18,6 +18,7 @@ from .errors import guarded
 from .expr import Expr, to_attr
 from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
 from .protocol import Paged, Remembered
+from .size import ensure_fits
 
 T = TypeVar("T")
 EVENT_TTL = timedelta(days=7)
@@ -106,11 +107,9 @@ class DynamoRecords:
 
     # ---------------------------------------------------------------- history
     def put_message(self, message: Message) -> bool:
-        rec = HistoryRecord(
-            message.session_id, codec.history_sk_message(message.turn_seq, message.created_at, message.id),
-            **{k: v for k, v in _message_fields(message).items() if k != "meta"},
-            meta=dict(message.meta) if message.meta else None)
-        return _put_once(rec, HistoryRecord.sk.does_not_exist())
+        item = codec.message_to_item(message)
+        ensure_fits(item)
+        return _create(self.client, HistoryRecord.Meta.table_name, item)
 
     def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:
         e = Expr()
@@ -130,7 +129,8 @@ class DynamoRecords:
         key = {"session_id": {"S": message.session_id},
                "sk": {"S": codec.history_sk_message(message.turn_seq, message.created_at, message.id)}}
         e = Expr()
-        fields = {**_message_fields(message), "deleted": True}
+        fields = {k: v for k, v in codec.message_to_item(message).items() if k not in ("session_id", "sk")}
+        fields["deleted"] = True
         update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields.items())
         try:
             guarded(lambda: self.client.update_item(
@@ -235,10 +235,9 @@ class DynamoRecords:
 
     # ---------------------------------------------------------------- events
     def put_event(self, event: Event, written_at: str) -> bool:
-        rec = EventRecord(event.workspace_id, f"{event.at}#{event.id}", event_id=event.id, type=event.type,
-                          task_id=event.task_id, session_id=event.session_id, payload=dict(event.payload),
-                          at=event.at, written_at=written_at, expires_at=parse_iso(written_at) + EVENT_TTL)
-        return _put_once(rec, EventRecord.sk.does_not_exist())
+        item = codec.event_to_item(event, written_at, int((parse_iso(written_at) + EVENT_TTL).timestamp()))
+        ensure_fits(item)
+        return _create(self.client, EventRecord.Meta.table_name, item)
 
     def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
                     limit: int) -> list[tuple[str, str, Event]]:
@@ -272,18 +271,6 @@ class DynamoRecords:
             cond = SessionRecord.recon_due < before if before else None
             return [r.session_id for r in SessionRecord.reconciler_work.query(RECON_SHARD, cond)]
         return guarded(query)
-
-
-def _message_fields(message: Message) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "kind": "message", "item_id": message.id, "workspace_id": message.workspace_id, "task_id": message.task_id,
-        "turn_id": message.turn_id, "turn_seq": message.turn_seq, "created_at": message.created_at,
-        "author_type": message.author_type, "type": message.type, "content": message.content}
-    if message.clarification_id:
-        fields["clarification_id"] = message.clarification_id
-    if message.meta:
-        fields["meta"] = json.dumps(dict(message.meta))  # the model's JSON attribute stores a string
-    return fields
 
 
 PAGE_QUERIES = 4  # a transcript page reads at most this many Query pages
@@ -346,10 +333,11 @@ def _attrs(item: dict[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in item.items()}
 
 
-def _put_once(rec: Any, condition: Any) -> bool:
-    """Create-if-absent; False when the record already exists."""
+def _create(client: Any, table: str, item: dict[str, Any]) -> bool:
+    """Create-if-absent (on the sort key); False when the record already exists."""
     try:
-        guarded(lambda: rec.save(condition=condition))
+        guarded(lambda: client.put_item(TableName=table, Item=_attrs(item),
+                                        ConditionExpression="attribute_not_exists(sk)"))
         return True
     except ConditionFailed:
         return False
