@@ -15,10 +15,11 @@ from typing import Any
 
 from .. import observability as obs
 from ..domain.clarify import visible_rows
+from ..domain.errors import ConditionFailed, DomainError
 from ..domain.model import Bundle, Session, Turn, TurnRecord
 from ..domain.public import clarification_event_view, message_event_view, session_view, task_view
 from ..domain.rules import pending_action, published_turn
-from ..services import archive
+from ..services import archive, stream_health
 from ..services.deps import Deps, iso
 from ..services.events import emit, emit_event, emit_for, turn_completed, turn_started
 from ..services.history import bundle_message, prompt_message
@@ -58,7 +59,12 @@ def process_batch(deps: Deps, records: Iterable[Record], handle: Callable[[Deps,
         try:
             with obs.scope(stream_record=_sequence(record), **_keys(record)):
                 handle(batch, record)
-        except Exception:
+        except Exception as exc:
+            if deterministic(exc):  # a retry cannot help, and would hold up every later record of the shard
+                log.exception("stream record %s fails deterministically: set aside", _sequence(record))
+                outbox.discard({index})
+                stream_health.set_aside(deps, record, exc)
+                continue
             log.exception("stream record %s failed", _sequence(record))
             failed.add(index)
             blocked.add(_item(record))
@@ -70,6 +76,14 @@ def process_batch(deps: Deps, records: Iterable[Record], handle: Callable[[Deps,
     if failed:
         obs.count(obs.STREAM_RECORD_FAILURES, len(failed))
     return {"batchItemFailures": [{"itemIdentifier": _sequence(records[i])} for i in sorted(failed)]}
+
+
+def deterministic(exc: Exception) -> bool:
+    """A failure the same record meets again on every retry: a refused write (too large, invalid), an image
+    that does not decode. Anything else (the store or the bus not answering) is transient: retried."""
+    if isinstance(exc, DomainError):
+        return not exc.retryable and not isinstance(exc, ConditionFailed)
+    return isinstance(exc, (KeyError, ValueError, TypeError, AttributeError))
 
 
 def _item(record: Record) -> str:

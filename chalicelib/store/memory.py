@@ -282,6 +282,9 @@ class MemoryStore(ConditionalWrites):
     def set_meta(self, key: str, value: str, at: str) -> None:
         self.meta[key] = value
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        return {k: v for k, v in list(self.meta.items()) if k.startswith(prefix)}
+
     def due_sessions(self, before: str | None) -> list[str]:
         due = [(item.get("recon_due"), sid) for sid, item in list(self.items.items())
                if item.get("recon_shard") == RECON_SHARD]

@@ -266,6 +266,9 @@ class DynamoRecords:
     def set_meta(self, key: str, value: str, at: str) -> None:
         guarded(lambda: MetaRecord(key, value=value, updated_at=at).save())
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        return guarded(lambda: {str(r.key): str(r.value) for r in MetaRecord.scan(MetaRecord.key.startswith(prefix))})
+
     def due_sessions(self, before: str | None) -> list[str]:
         def query() -> list[str]:
             cond = SessionRecord.recon_due < before if before else None
