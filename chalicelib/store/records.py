@@ -245,7 +245,8 @@ class DynamoRecords:
             out = []
             cond = (EventRecord.sk > after_sk) | (EventRecord.written_at > written_after)
             key_cond = EventRecord.sk > low_sk if low_sk else None
-            for rec in EventRecord.query(workspace_id, key_cond, filter_condition=cond, consistent_read=True):
+            for rec in EventRecord.query(workspace_id, key_cond, filter_condition=cond, consistent_read=True,
+                                         page_size=limit):  # one Query when the page is all news
                 out.append((rec.sk, rec.written_at, Event(
                     id=rec.event_id, workspace_id=rec.workspace_id, type=rec.type, task_id=rec.task_id,
                     session_id=rec.session_id, payload=rec.payload, at=rec.at)))
