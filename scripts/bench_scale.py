@@ -34,7 +34,19 @@ os.chdir(ROOT)
 import requests  # noqa: E402
 
 from chalicelib import bootstrap  # noqa: E402
-from chalicelib.domain.model import Event, Message, Session, State, StatusSummary, Task, Turn  # noqa: E402
+from chalicelib.domain.model import (  # noqa: E402
+    Bundle,
+    Event,
+    Message,
+    Option,
+    Question,
+    Row,
+    Session,
+    State,
+    StatusSummary,
+    Task,
+    Turn,
+)
 from chalicelib.store import codec  # noqa: E402
 from chalicelib.store.attrs import to_attr  # noqa: E402
 from chalicelib.store.models import EventRecord, HistoryRecord, SessionRecord, TaskRecord  # noqa: E402
@@ -133,9 +145,14 @@ class Scale:
                                                  workflow_step="todo", created_at=at, session_ids=(sid,),
                                                  summary=StatusSummary(pending_action=pending, revision=1,
                                                                        primary_session_id=sid, updated_at=at))))
+            turn = Turn(id=f"{sid}-turn", seq=1, started_at=at)
+            asked = (Bundle(id=f"{sid}.b1", turn_id=turn.id, message_id=f"{sid}.b1", created_at=at, context="",
+                            rows=(Row(Question("q1", "", "Which database?", (Option("a", "Postgres"),
+                                                                            Option("b", "SQLite"))), "pending"),)),)
             sessions.append(codec.session_to_item(Session(
                 id=sid, workspace_id=workspace, task_id=tid, created_at=at, updated_at=at, is_primary=True,
-                state=State.IDLE, version=1, execution_id="e")))
+                state=State.WAITING_FOR_INPUT if pending else State.IDLE, version=1, execution_id="e",
+                turn_seq=1, current_turn=turn, bundles=asked if pending else ())))
         self._write(str(TaskRecord.Meta.table_name), tasks)
         self._write(str(SessionRecord.Meta.table_name), sessions)
 

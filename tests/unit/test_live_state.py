@@ -14,7 +14,7 @@ from chalicelib.services import archive
 from chalicelib.store import codec
 from chalicelib.store.memory import MemoryStore
 from chalicelib.store.size import item_size
-from tests.support.crash import ProcessDied, SessionTap
+from tests.support.crash import READ_METHODS, ProcessDied, SessionTap
 from tests.support.world import World
 
 # A realistic ignored bundle: 4 questions of 6 described options, about 5 KB.
@@ -141,3 +141,48 @@ def test_stale_stream_record__archives_nothing() -> None:
     assert w.get(sid).bundle(cid) is not None  # the older versions leave it to the newest record
     w.stream()
     assert w.get(sid).bundle(cid) is None and codec.session_to_item(w.get(sid))["archived"] == 1
+
+
+class Counting:
+    """A store proxy counting the calls of each member (each one request on DynamoDB, or a bounded few)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return attr(*args, **kwargs)
+        return counted
+
+
+def test_task_list__1000_tasks__a_page_costs_the_same_few_reads_as_with_10() -> None:
+    """Issue 26's first observed case: with 1,000 tasks GET /tasks made one Query per task to repair the
+    summaries (36 s, past API Gateway's 29 s) and answered them all. Now a page is one index read and one batch
+    read of its tasks' sessions, however many tasks the workspace holds."""
+    from dataclasses import replace
+
+    from chalicelib.services import tasks
+    from tests.support.world import USER
+
+    def page_reads(count: int) -> tuple[dict[str, int], int, bool]:
+        w = World()
+        for n in range(count):
+            task_id = w.task(f"Task {n}")
+            if n % 10 == 0:
+                w.session(task_id=task_id)
+        store = Counting(w.store)
+        page = tasks.list_tasks(replace(w.deps, store=store), USER, limit=50, cursor=None)
+        return store.calls, len(page.tasks), page.next_cursor is not None
+
+    calls, listed, more = page_reads(1000)
+    assert (listed, more) == (50, True)
+    reads = {name: n for name, n in calls.items() if name in READ_METHODS}
+    assert reads == {"page_tasks": 1, "get_sessions": 1}, calls  # never a read per task
+    assert calls.get("set_task_summary", 0) <= 50  # repairs: the page's own wrong summaries only
+    assert {name: n for name, n in page_reads(60)[0].items() if name in READ_METHODS} == reads
