@@ -66,9 +66,10 @@ def respond(deps: Deps, caller: Caller, clarification_id: str, command: Respond,
     result = outcome(command, bundle, pending or [r.question.question_id for r in bundle.rows])
 
     def attempt(s: Session) -> Responded:
-        b = s.bundle(bundle.id)
-        if b is None:
+        found = archive.find(deps, s, bundle.id)  # a retry may find it settled and moved to history
+        if found is None:
             raise NotFound("clarification not found")
+        s, b = found
         replay = _replay(deps, s.id, b, key, result)
         if replay is not None:
             return replay
@@ -132,7 +133,7 @@ def _deliver_live(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome
 
     def settle(current: Session) -> Responded:
         """Decide on the freshest aggregate; a lost conditional write decides again."""
-        b = current.bundle(bundle.id)
+        b = _located(deps, current, bundle.id)  # settled and moved to history meanwhile: its record tells
         d = b.delivery if b else None
         if b is None or d is None or d.delivery_id != delivery.delivery_id:
             raise NotFound("clarification not found")
@@ -163,7 +164,7 @@ def _settled(deps: Deps, session_id: str, bundle_id: str, delivery_id: str, time
     """Wait (backing off) until this claim is confirmed or settled otherwise; None if it is still pending."""
     def probe() -> Delivery | None:
         s = deps.store.get_session(session_id)
-        b = s.bundle(bundle_id) if s else None
+        b = _located(deps, s, bundle_id) if s else None
         d = b.delivery if b else None
         if d is None or d.delivery_id != delivery_id or not d.pending:
             return d or _GONE
@@ -173,6 +174,12 @@ def _settled(deps: Deps, session_id: str, bundle_id: str, delivery_id: str, time
 
 
 _GONE = Delivery("", (), "", "", "", "")  # the claim was restored or replaced: nothing of it left to report
+
+
+def _located(deps: Deps, session: Session, bundle_id: str) -> Bundle | None:
+    """The bundle in the aggregate, else in its history record (a settled one moves there right after)."""
+    found = archive.find(deps, session, bundle_id)
+    return found[1] if found else None
 
 
 def _result(bundle_id: str, d: Delivery) -> Responded:
@@ -199,10 +206,10 @@ def wait(deps: Deps, caller: Caller, clarification_id: str, timeout: int) -> tup
 
     def probe() -> tuple[int, dict[str, Any]] | None:
         current = first.pop() if first else deps.store.get_session(session.id)
-        found = current.bundle(bundle.id) if current else None
-        if current is None or found is None:
+        located = archive.find(deps, current, bundle.id) if current else None  # moved to history once settled
+        if located is None:
             raise NotFound("clarification not found")
-        return _waiter_view(deps, current, found)
+        return _waiter_view(deps, *located)
     return poll(deps, probe, timeout) or (200, {"state": "pending"})
 
 

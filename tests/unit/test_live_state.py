@@ -186,3 +186,34 @@ def test_task_list__1000_tasks__a_page_costs_the_same_few_reads_as_with_10() -> 
     assert reads == {"page_tasks": 1, "get_sessions": 1}, calls  # never a read per task
     assert calls.get("set_task_summary", 0) <= 50  # repairs: the page's own wrong summaries only
     assert {name: n for name, n in page_reads(60)[0].items() if name in READ_METHODS} == reads
+
+
+@pytest.mark.parametrize("outcome", ["rejected", "answered"])
+def test_live_answer__its_question_moves_to_history_before_the_responder_looks__still_200_live(outcome: str) -> None:
+    """The waiter confirms, and the stream function moves the settled question to history at once: the live
+    responder (and a retry of it) reads the outcome from the record instead of losing track of its claim."""
+    from dataclasses import replace
+
+    w = Streamed()
+    sid = w.session("start").id
+    cid = w.ask(sid, FIVE_KB[:1])
+    w.stream()
+    confirm, done = w.agent_confirms(cid), []
+
+    def during_the_wait(seconds: float) -> None:
+        if not done:
+            done.append(True)
+            confirm()
+            w.report(sid, "message", content="on it")  # the agent's activity retires the watchdog
+            w.stream()  # settled: archived right after
+        w.sleeper(seconds)
+
+    body = {"rejected": True} if outcome == "rejected" else {
+        "answers": [{"question_id": "q0", "selected_options": ["o1"]}]}
+    result = w.respond(cid, body, key="k-1", deps=replace(w.deps, sleep=during_the_wait))
+    assert (result.status, result.delivery) == (outcome, "live")
+    assert w.get(sid).bundle(cid) is None and w.memory.get_archived(sid, cid) is not None
+    again = w.respond(cid, body, key="k-1")  # the retry tells the same outcome, from the record
+    assert (again.status, again.delivery) == (outcome, "live")
+    status, view = w.wait(cid)  # and the agent's waiter learns the question is over, not "not found"
+    assert status == 410 and view["state"] == "inactive"
