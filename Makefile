@@ -25,6 +25,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench
+	$(PY) -m scripts.bench_scale
 
 # The load and soak run under kill -9 faults; `make load DURATION=600 USERS=20` for a long soak.
 DURATION ?= 180

@@ -24,6 +24,7 @@ from chalicelib.services import (
     frames,
     history,
     messages,
+    paging,
     responses,
     sessions,
     stream_health,
@@ -52,6 +53,11 @@ def bearer(auth_request: Any) -> AuthResponse:
     except Unauthorized:
         return AuthResponse(routes=[], principal_id="anonymous")
     return AuthResponse(routes=["*"], principal_id=caller.sub, context=caller.as_context())
+
+
+def _limit(d: Deps, name: str, bounds: tuple[int, int]) -> int:
+    """A page size from the query string: 1 to the list's most, its default when absent."""
+    return v.integer(api.query(name), name, default=bounds[0], low=1, high=bounds[1])
 
 
 # ------------------------------------------------------------------ health and contract
@@ -89,7 +95,9 @@ def create_task(d: Deps, caller: Caller) -> tuple[int, Any]:
 @app.route(V1 + "/tasks", methods=["GET"], authorizer=bearer)
 @api.endpoint
 def list_tasks(d: Deps, caller: Caller) -> tuple[int, Any]:
-    return 200, {"tasks": [views.task_view(t.task, t.last_activity_at) for t in tasks.list_tasks(d, caller)]}
+    page = tasks.list_tasks(d, caller, limit=_limit(d, "limit", paging.TASKS_PAGE), cursor=api.query("cursor"))
+    return 200, {"tasks": [views.task_view(t.task, t.last_activity_at) for t in page.tasks],
+                 "next_cursor": page.next_cursor}
 
 
 @app.route(V1 + "/tasks/{task_id}", methods=["GET"], authorizer=bearer)
@@ -126,7 +134,9 @@ def create_session(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
 @app.route(V1 + "/tasks/{task_id}/sessions", methods=["GET"], authorizer=bearer)
 @api.endpoint
 def list_sessions(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any]:
-    return 200, {"sessions": [views.session_view(s) for s in sessions.list_sessions(d, caller, task_id)]}
+    listed, cursor = sessions.list_sessions(d, caller, task_id, limit=_limit(d, "limit", paging.SESSIONS_PAGE),
+                                            cursor=api.query("cursor"))
+    return 200, {"sessions": [views.session_view(s) for s in listed], "next_cursor": cursor}
 
 
 @app.route(V1 + "/sessions/{session_id}", methods=["GET"], authorizer=bearer)
@@ -156,9 +166,11 @@ def send_message(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
 @app.route(V1 + "/sessions/{session_id}/transcript", methods=["GET"], authorizer=bearer)
 @api.endpoint
 def transcript(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
-    result = history.transcript(d, caller, session_id)
+    result = history.transcript(d, caller, session_id, limit=_limit(d, "limit", paging.TRANSCRIPT_PAGE),
+                                before=api.query("before"))
     return 200, views.transcript_view(result.session, result.messages, now=d.now(),
-                                      viewer_key=dismissal_key(caller.sub))
+                                      viewer_key=dismissal_key(caller.sub), older_cursor=result.older_cursor,
+                                      pending=result.pending)
 
 
 @app.route(V1 + "/sessions/{session_id}/messages/{message_id}", methods=["DELETE"], authorizer=bearer)
@@ -178,7 +190,9 @@ def workflow_transition(d: Deps, caller: Caller, task_id: str) -> tuple[int, Any
 @app.route(V1 + "/sessions/{session_id}/turns", methods=["GET"], authorizer=bearer)
 @api.endpoint
 def turns(d: Deps, caller: Caller, session_id: str) -> tuple[int, Any]:
-    return 200, {"turns": [views.turn_view(t) for t in history.turns(d, caller, session_id)]}
+    records, older = history.turns(d, caller, session_id, limit=_limit(d, "limit", paging.TURNS_PAGE),
+                                   before=api.query("before"))
+    return 200, {"turns": [views.turn_view(t) for t in records], "older_cursor": older}
 
 
 # ------------------------------------------------------------------ responses

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from .. import observability as obs
 from ..auth.tokens import Caller
 from ..bootstrap import deps
 from ..domain.errors import DomainError, NotReady, PayloadTooLarge
+from ..domain.public import to_json
 from ..services import readiness
 from ..services.deps import Deps
 from . import boundary
@@ -28,7 +28,7 @@ Handler = Callable[..., tuple[int, Any]]
 
 
 def json_response(status: int, body: Any) -> Response:
-    return Response(body=json.dumps(body) if body is not None else "", status_code=status,
+    return Response(body=to_json(body) if body is not None else "", status_code=status,
                     headers={"Content-Type": "application/json", "Cache-Control": "no-store", **NOSNIFF})
 
 

@@ -15,20 +15,25 @@ SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
     ("GET", "/api/v1/auth/config"): (
         "How to sign in: the user pool's app client and Cognito endpoint, whether development tokens work", 200),
     ("POST", "/api/v1/tasks"): ("Create a task {title}", 201),
-    ("GET", "/api/v1/tasks"): ("List the workspace's tasks with their status summary", 200),
+    ("GET", "/api/v1/tasks"): (
+        "A page of the workspace's tasks with their status summary (pending first, then the latest "
+        "activity); `next_cursor` is null on the last page", 200),
     ("GET", "/api/v1/tasks/{task_id}"): ("Get a task", 200),
     ("PATCH", "/api/v1/tasks/{task_id}"): ("Rename a task {title}; other clients get task.updated", 200),
     ("DELETE", "/api/v1/tasks/{task_id}"): (
         "Delete a task: its live sessions are cancelled, then it is gone (404); other clients get task.deleted",
         204),
     ("POST", "/api/v1/tasks/{task_id}/sessions"): ("Create a session {prompt?, primary?}; starts the agent", 201),
-    ("GET", "/api/v1/tasks/{task_id}/sessions"): ("List the task's sessions, newest first", 200),
+    ("GET", "/api/v1/tasks/{task_id}/sessions"): ("A page of the task's sessions, newest first", 200),
     ("GET", "/api/v1/sessions/{session_id}"): ("Get a session", 200),
     ("POST", "/api/v1/sessions/{session_id}/cancel"): ("Cancel the session (terminal)", 200),
     ("POST", "/api/v1/sessions/{session_id}/messages"): (
         "Send a message {client_message_id, content, delivery?}: sent/queued/steered", 201),
-    ("GET", "/api/v1/sessions/{session_id}/transcript"): ("The transcript, in order", 200),
-    ("GET", "/api/v1/sessions/{session_id}/turns"): ("The session's turns", 200),
+    ("GET", "/api/v1/sessions/{session_id}/transcript"): (
+        "A transcript page, the newest first and in order within it; `older_cursor` is null once the first "
+        "message is included; `pending_clarifications` holds the session's active questions wherever they are",
+        200),
+    ("GET", "/api/v1/sessions/{session_id}/turns"): ("A page of the session's turns, paged like the transcript", 200),
     ("GET", "/api/v1/events"): (
         "The workspace's event feed ?after=<cursor>|now&wait=<s>; at-least-once, stable ids", 200),
     ("POST", "/api/v1/agent/sessions/{session_id}/frames"): ("Agent frames: output, completion, state", 200),

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..domain import commands as c
 from ..domain import validation as v
+from ..services import paging
 from . import boundary
 
 Schema = dict[str, Any]
@@ -76,7 +77,18 @@ def _param(name: str, where: str, schema: Schema, description: str) -> Schema:
     return {"name": name, "in": where, "required": False, "schema": schema, "description": description}
 
 
+def _page(cursor: str, bounds: tuple[int, int], what: str) -> list[Schema]:
+    return [_param("limit", "query", {"type": "integer", "minimum": 1, "maximum": bounds[1], "default": bounds[0]},
+                   f"{what} per page"),
+            _param(cursor, "query", {"type": "string", "maxLength": paging.MAX_CURSOR},
+                   "the cursor of the page you hold (`next_cursor` or `older_cursor`); none: the newest page")]
+
+
 PARAMETERS: dict[tuple[str, str], list[Schema]] = {
+    ("GET", V1 + "/tasks"): _page("cursor", paging.TASKS_PAGE, "tasks"),
+    ("GET", V1 + "/tasks/{task_id}/sessions"): _page("cursor", paging.SESSIONS_PAGE, "sessions"),
+    ("GET", V1 + "/sessions/{session_id}/transcript"): _page("before", paging.TRANSCRIPT_PAGE, "messages"),
+    ("GET", V1 + "/sessions/{session_id}/turns"): _page("before", paging.TURNS_PAGE, "turns"),
     ("GET", V1 + "/events"): [
         _param("after", "query", {"type": "string", "maxLength": 1024},
                "a cursor from an earlier page, or `now`"),

@@ -228,6 +228,7 @@ class StatusSummary:
     revision: int = 0
     primary_session_id: str | None = None
     updated_at: str = ""  # when this revision was written: its event's time, stable across republishing
+    activity_at: str = ""  # the latest session change it took in (a turn, a state, a question)
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,11 @@ class Task:
     workflow_step: str
     created_at: str
     summary: StatusSummary = field(default_factory=StatusSummary)
+    session_ids: tuple[str, ...] | None = None  # None: a task stored before tasks listed their sessions
+
+    @property
+    def last_activity_at(self) -> str:
+        return max(self.created_at, self.summary.updated_at, self.summary.activity_at)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ private prompt-dispatch and recovery fields are removed from anything public.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,46 @@ from .rules import bundle_is_active, input_capable, pending_action, published_tu
 PRIVATE_FIELDS = frozenset({"agent_token", "recon_due", "recon_shard", "reservation", "dispatch", "deadline",
                             "client_message_id", "delivery", "delivery_pending", "recovery", "idempotency_key",
                             "fingerprint", "watchdog", "queue", "prompt_generation", "execution_id"})
+
+
+# The most JSON one transcript entry can take: a bundle of 4 questions of 6 options at every documented limit,
+# answered with the longest custom texts, every character one JSON escapes to 6 bytes (tests/unit/test_bounds.py
+# builds it). The transcript's byte bound rests on it.
+MAX_ENTRY_BYTES = 330_000
+
+
+# Events carry ids and a bounded summary, never a whole bundle or message: whatever the API accepted, an event
+# (stored in the feed as JSON, sent on the bus) stays a few KB, far inside DynamoDB's 400 KB item and
+# EventBridge's 256 KB entry. A client refetches the transcript for the rest.
+EVENT_TEXT = 280  # characters of a message's content an event carries
+
+
+def message_event_view(message: Message) -> dict[str, Any]:
+    """message.added: the message's view with its content cut to EVENT_TEXT characters (`truncated` says so)."""
+    view = message_view(message)
+    view.pop("in_reply_to", None)
+    if len(message.content) > EVENT_TEXT:
+        view["content"], view["truncated"] = message.content[:EVENT_TEXT], True
+    return view
+
+
+def clarification_event_view(session: Session, bundle: Bundle, *, now: str) -> dict[str, Any]:
+    """message.updated of a clarification: its ids, state and each question's status, no texts."""
+    full = clarification_view(session, bundle, now=now)
+    return {**{k: full[k] for k in ("id", "type", "clarification_id", "turn_id", "session_id", "created_at",
+                                    "state", "agent_disconnected", "answerable", "late_answer_allowed",
+                                    "late_answer_message_id")},
+            "questions": [{"question_id": q["question_id"], "status": q["status"]} for q in full["questions"]]}
+
+
+def to_json(value: Any) -> str:
+    """How every response body and event is serialised: UTF-8 as is (an emoji is 4 bytes, not 12)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def entry_bytes(view: Mapping[str, Any]) -> int:
+    """The bytes `view` takes in a response body."""
+    return len(to_json(view).encode("utf-8", "surrogatepass"))
 
 
 def strip_private(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -38,7 +79,7 @@ def event_view(event: Event) -> dict[str, Any]:
 def task_view(task: Task, last_activity_at: str | None = None) -> dict[str, Any]:
     return {
         "id": task.id, "title": task.title, "workflow_step": task.workflow_step, "created_at": task.created_at,
-        "last_activity_at": last_activity_at or max(task.created_at, task.summary.updated_at),
+        "last_activity_at": last_activity_at or task.last_activity_at,
         "status_summary": {"pending_action": task.summary.pending_action, "revision": task.summary.revision,
                            "primary_session_id": task.summary.primary_session_id},
     }
@@ -108,13 +149,17 @@ def clarification_view(session: Session, bundle: Bundle, *, now: str,
     }
 
 
-def transcript_view(session: Session, messages: list[Message], *, now: str,
-                    viewer_key: str | None = None) -> dict[str, Any]:
-    """Messages in order; clarification anchors carry their bundle's live state from the aggregate."""
+def transcript_view(session: Session, messages: list[Message], *, now: str, viewer_key: str | None = None,
+                    older_cursor: str | None = None, pending: tuple[Bundle, ...] = ()) -> dict[str, Any]:
+    """A transcript page: messages in order, clarification anchors carrying their bundle's live state from
+    the aggregate; `pending_clarifications`: the session's active questions, wherever they are in it (the
+    page may not reach back to them); `current_turn_id`: the published turn."""
     out = []
     for m in messages:
         bundle = session.bundle(m.clarification_id) if m.clarification_id else None
         out.append(clarification_view(session, bundle, now=now, viewer_key=viewer_key) if bundle is not None
                    else message_view(m))
     turn = published_turn(session)
-    return {"current_turn_id": turn.id if turn else None, "messages": out}
+    return {"current_turn_id": turn.id if turn else None, "messages": out, "older_cursor": older_cursor,
+            "pending_clarifications": [clarification_view(session, b, now=now, viewer_key=viewer_key)
+                                       for b in pending]}

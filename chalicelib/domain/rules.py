@@ -60,14 +60,12 @@ def moved_on(session: Session, bundle: Bundle) -> bool:
             or session.state in TERMINAL_STATES)
 
 
-CLOSED_FOR_GOOD = frozenset({"answered", "rejected", "cancelled"})
-
-
 def archivable(session: Session, bundle: Bundle) -> bool:
-    """Nothing can change the bundle any more but its deletion, so it may leave the aggregate for history:
-    every row answered, skipped or withdrawn (an unanswered superseded or expired one stays: a late answer
-    links to it), no answer to it on its way, and nothing of the session pointing at it."""
-    return (all(row_status(r.status) in CLOSED_FOR_GOOD for r in bundle.rows)
+    """The bundle can no longer be answered through respond (superseded, expired, cancelled, answered or
+    rejected), so it leaves the aggregate for its history record: the aggregate holds live state only. It
+    stays while an answer to it is on its way or the session points at it (a reservation, a watchdog):
+    those finish in the aggregate. A late answer and a dismissal work from the record."""
+    return (not bundle_is_active(session, bundle)
             and (bundle.delivery is None or not bundle.delivery.pending)
             and (session.reservation is None or session.reservation.bundle_id != bundle.id)
             and (session.watchdog is None or session.watchdog.clarification_id != bundle.id))

@@ -15,9 +15,11 @@ from typing import Any
 
 from .. import observability as obs
 from ..domain.clarify import visible_rows
+from ..domain.errors import ConditionFailed, DomainError
 from ..domain.model import Bundle, Session, Turn, TurnRecord
-from ..domain.public import clarification_view, message_view, session_view, task_view
+from ..domain.public import clarification_event_view, message_event_view, session_view, task_view
 from ..domain.rules import pending_action, published_turn
+from ..services import archive, stream_health
 from ..services.deps import Deps, iso
 from ..services.events import emit, emit_event, emit_for, turn_completed, turn_started
 from ..services.history import bundle_message, prompt_message
@@ -57,7 +59,12 @@ def process_batch(deps: Deps, records: Iterable[Record], handle: Callable[[Deps,
         try:
             with obs.scope(stream_record=_sequence(record), **_keys(record)):
                 handle(batch, record)
-        except Exception:
+        except Exception as exc:
+            if deterministic(exc):  # a retry cannot help, and would hold up every later record of the shard
+                log.exception("stream record %s fails deterministically: set aside", _sequence(record))
+                outbox.discard({index})
+                stream_health.set_aside(deps, record, exc)
+                continue
             log.exception("stream record %s failed", _sequence(record))
             failed.add(index)
             blocked.add(_item(record))
@@ -69,6 +76,14 @@ def process_batch(deps: Deps, records: Iterable[Record], handle: Callable[[Deps,
     if failed:
         obs.count(obs.STREAM_RECORD_FAILURES, len(failed))
     return {"batchItemFailures": [{"itemIdentifier": _sequence(records[i])} for i in sorted(failed)]}
+
+
+def deterministic(exc: Exception) -> bool:
+    """A failure the same record meets again on every retry: a refused write (too large, invalid), an image
+    that does not decode. Anything else (the store or the bus not answering) is transient: retried."""
+    if isinstance(exc, DomainError):
+        return not exc.retryable and not isinstance(exc, ConditionFailed)
+    return isinstance(exc, (KeyError, ValueError, TypeError, AttributeError))
 
 
 def _item(record: Record) -> str:
@@ -97,9 +112,11 @@ def on_session_record(deps: Deps, record: Record) -> None:
     _turns(deps, old, new)
     _prompt_message(deps, old, new)
     _bundles(deps, old, new)
-    _session_event(deps, old, new)
-    if old is None or pending_action(old) != pending_action(new) or old.is_primary != new.is_primary:
-        refresh_task_summary(deps, new.task_id, fresh=new, republish=True)
+    moved = _session_event(deps, old, new)
+    if moved or old is None or pending_action(old) != pending_action(new) or old.is_primary != new.is_primary:
+        # a new turn, state or pending question is the task's activity: it moves up the task list
+        refresh_task_summary(deps, new.task_id, fresh=new, republish=True, activity=new.updated_at if moved else None)
+    archive.settle(deps, new)  # its anchor is in history now: what can no longer be answered leaves the aggregate
 
 
 def _turns(deps: Deps, old: Session | None, new: Session) -> None:
@@ -149,7 +166,7 @@ def _bundles(deps: Deps, old: Session | None, new: Session) -> None:
         changed = changed_rows(previous, bundle) if not _claim_unconfirmed(bundle) else []
         if changed:
             emit_for(deps, new, f"message.updated:{bundle.id}:{new.version}", "message.updated", new.updated_at,
-                     {**clarification_view(new, bundle, now=new.updated_at), "changed_question_ids": changed})
+                     {**clarification_event_view(new, bundle, now=new.updated_at), "changed_question_ids": changed})
 
 
 def _claim_unconfirmed(bundle: Bundle) -> bool:
@@ -172,12 +189,14 @@ def changed_rows(old: Bundle, new: Bundle) -> list[str]:
     return out
 
 
-def _session_event(deps: Deps, old: Session | None, new: Session) -> None:
+def _session_event(deps: Deps, old: Session | None, new: Session) -> bool:
+    """session.updated when the state, the pending action or the turn changed; True then."""
     view, before = session_view(new), (session_view(old) if old else None)
     relevant = ("state", "pending_action", "current_turn_id")
     if before is not None and all(view[k] == before[k] for k in relevant):
-        return
+        return False
     emit_for(deps, new, f"session.updated:{new.id}:{new.version}", "session.updated", new.updated_at, view)
+    return True
 
 
 # ------------------------------------------------------------------ history table
@@ -193,7 +212,7 @@ def on_history_record(deps: Deps, record: Record) -> None:
     common = {"workspace_id": message.workspace_id, "task_id": message.task_id, "session_id": message.session_id}
     if name == "INSERT" and not item.get("deleted"):
         emit(deps, **common, event_id=f"message.added:{message.id}", kind="message.added",
-             at=message.created_at, payload=message_view(message))
+             at=message.created_at, payload=message_event_view(message))
     elif name == "REMOVE":
         emit(deps, **common, event_id=f"message.deleted:{message.id}", kind="message.deleted",
              at=_record_time(record, deps), payload={"id": message.id, "turn_id": message.turn_id})

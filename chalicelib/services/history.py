@@ -5,25 +5,76 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..auth.tokens import Caller
-from ..domain.errors import ConditionFailed, Contended, NotFound
-from ..domain.model import Dispatch, Message, Prompt, Session, TurnRecord
-from ..domain.rules import published_turn
-from . import archive
+from ..domain.errors import ConditionFailed, Contended, NotFound, ValidationError
+from ..domain.model import Bundle, Dispatch, Message, Prompt, Session, TurnRecord
+from ..domain.public import clarification_view, entry_bytes, message_view
+from ..domain.rules import active_bundles, published_turn
+from ..store import codec
+from . import archive, paging
 from .access import session_for_user
 from .deps import Deps
+
+# Every transcript response stays under 1 MiB whatever is stored: at most PENDING_SHOWN active questions,
+# then the page, newest first, while the total fits RESPONSE_BYTES, and always one entry at least (so paging
+# moves on). An entry's JSON is at most public.MAX_ENTRY_BYTES (a bundle at every documented limit, written
+# in characters JSON escapes to 6 bytes), so the worst case is 3 such entries: under 1 MiB.
+RESPONSE_BYTES = 1_000_000
+PENDING_SHOWN = 2
 
 
 @dataclass(frozen=True)
 class Transcript:
-    session: Session
-    messages: list[Message]
+    session: Session  # holding the page's archived bundles too
+    messages: list[Message]  # the page, in order
+    older_cursor: str | None = None  # where the next (older) page starts; None: this page holds the first
+    pending: tuple[Bundle, ...] = ()  # the session's active questions, always shown, even older than the page
 
 
-def transcript(deps: Deps, caller: Caller, session_id: str) -> Transcript:
+def transcript(deps: Deps, caller: Caller, session_id: str, *, limit: int = paging.TRANSCRIPT_PAGE[0],
+               before: str | None = None) -> Transcript:
+    """One page of the transcript, the newest first: up to `limit` messages older than the cursor `before`
+    (none: the newest), in order, bounded in bytes; plus the session's active questions wherever they are."""
     session = session_for_user(deps, caller, session_id, reading=True)
-    _, messages = deps.store.list_history(session.id)
-    session = archive.with_archived(deps, session)  # closed bundles that moved to history show as before
-    return Transcript(session, _with_bundles(session, _with_prompt(session, messages)) + _queued(session))
+    position = paging.decode(before, "before", 1)
+    if position is not None and not codec.is_message_key(position[0]):
+        raise ValidationError("before", "before is not a cursor this list issued")
+    page = deps.store.page_messages(session.id, limit, position[0] if position else None)
+    messages = [m for _, m in reversed(page.items)]
+    anchors = [m.clarification_id for m in messages if m.clarification_id and session.bundle(m.clarification_id)
+               is None]
+    if anchors and session.archived:  # the page's closed questions, from their history records
+        session = archive.holding(session, deps.store.get_archived_many(session.id, anchors))
+    if position is None:  # the newest page also shows what the aggregate holds and history not yet
+        floor = _key(messages[0]) if messages and page.after else None
+        messages = [m for m in _with_bundles(session, _with_prompt(session, messages))
+                    if floor is None or _key(m) >= floor] + _queued(session)
+    else:
+        live = {b.id for b in session.bundles}  # an anchor whose question was deleted goes with it
+        messages = [m for m in messages if m.type != "clarification" or m.clarification_id in live]
+    pending = tuple(active_bundles(session)[-PENDING_SHOWN:])
+    now = deps.now()
+    kept: list[Message] = []
+    used = sum(entry_bytes(clarification_view(session, b, now=now)) for b in pending)
+    for m in reversed(messages):  # newest first, while the response stays within its bound
+        size = entry_bytes(_entry(session, m, now))
+        if kept and used + size > RESPONSE_BYTES:
+            break
+        kept.append(m)
+        used += size
+    kept.reverse()
+    trimmed = len(kept) < len(messages)
+    older = (codec.history_sk_message(kept[0].turn_seq, kept[0].created_at, kept[0].id)
+             if kept and (trimmed or page.after) else None)
+    return Transcript(session, kept, paging.encode((older,) if older else None), pending)
+
+
+def _key(m: Message) -> tuple[int, str, str]:
+    return (m.turn_seq, m.created_at, m.id)
+
+
+def _entry(session: Session, m: Message, now: str) -> dict[str, Any]:
+    bundle = session.bundle(m.clarification_id) if m.clarification_id else None
+    return clarification_view(session, bundle, now=now) if bundle is not None else message_view(m)
 
 
 def _with_prompt(session: Session, messages: list[Message]) -> list[Message]:
@@ -56,15 +107,22 @@ def _queued(session: Session) -> list[Message]:
             for p in session.queue]
 
 
-def turns(deps: Deps, caller: Caller, session_id: str) -> list[TurnRecord]:
+def turns(deps: Deps, caller: Caller, session_id: str, *, limit: int = paging.TURNS_PAGE[0],
+          before: str | None = None) -> tuple[list[TurnRecord], str | None]:
+    """One page of the session's turns, the newest first (in order within it), and the older page's cursor."""
     session = session_for_user(deps, caller, session_id, reading=True)
-    records, _ = deps.store.list_history(session.id)
-    by_id = {r.id: r for r in records}
+    position = paging.number(paging.decode(before, "before", 1), "before")
+    page = deps.store.page_turns(session.id, limit, position)
+    by_id = {r.id: r for r in page.items}
     current = published_turn(session)  # a reserved, unacknowledged successor stays hidden
-    if current is not None:  # the stream may not have copied the newest turn yet
+    if current is not None and position is None:  # the stream may not have copied the newest turn yet
         by_id[current.id] = TurnRecord(id=current.id, session_id=session.id, seq=current.seq,
                                        started_at=current.started_at, completed_at=current.completed_at)
-    return sorted(by_id.values(), key=lambda r: r.seq)
+    records = sorted(by_id.values(), key=lambda r: r.seq)
+    hidden = session.reservation.turn_id if session.reservation is not None and current is not None and \
+        session.reservation.turn_id != current.id else None
+    records = [r for r in records if r.id != hidden][-limit:]
+    return records, paging.encode((str(records[0].seq),) if records and page.after else None)
 
 
 def _with_bundles(session: Session, messages: list[Message]) -> list[Message]:

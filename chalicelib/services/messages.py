@@ -167,7 +167,8 @@ def admit_message(deps: Deps, caller: Caller, session: Session, *, client_messag
     def attempt(s: Session) -> Admission:
         if not input_capable(s.state):
             raise SessionUnavailable(f"the session is {s.state.value} and cannot take input")
-        if late is not None and s.bundle(late.bundle_id) is None:  # deleted meanwhile (another device)
+        if late is not None and s.bundle(late.bundle_id) is None and deps.store.get_archived(
+                s.id, late.bundle_id) is None:  # deleted meanwhile (another device)
             raise ValidationError("in_reply_to.clarification_id", "the question was deleted; send the answer as "
                                   "an ordinary message")
         turn = s.current_turn
@@ -203,8 +204,9 @@ def _send(deps: Deps, caller: Caller, session: Session, client_message_id: str, 
     entry = _remembered(deps, remember, admission.as_dict())
     session = deps.store.admit(session.id, prompt, start=turn,
                                expected_turn_id=session.current_turn.id if session.current_turn else None,
-                               from_states=INPUT_CAPABLE_STATES, link_bundle=late.bundle_id if late else None,
+                               from_states=INPUT_CAPABLE_STATES, link_bundle=_linked(session, late),
                                remember=entry, queue_cap=deps.settings.queue_cap, at=deps.now())
+    _link_archived(deps, session, late, prompt.message_id)
     try:
         dispatch_prompt(deps, session, prompt)
     except DomainError as failed:
@@ -241,11 +243,24 @@ def _queue(deps: Deps, caller: Caller, session: Session, client_message_id: str,
     prompt = _prompt(deps, caller, session, client_message_id, text, late, "")
     ensure_room(deps, session, "content", codec.prompt_to_item(prompt))
     admission = Admission(prompt.message_id, "queued", None)
-    deps.store.admit(session.id, prompt, start=None, expected_turn_id=session.current_turn.id,
-                     from_states=INPUT_CAPABLE_STATES, link_bundle=late.bundle_id if late else None,
-                     remember=_remembered(deps, remember, admission.as_dict()),
-                     queue_cap=deps.settings.queue_cap, at=deps.now())
+    admitted = deps.store.admit(session.id, prompt, start=None, expected_turn_id=session.current_turn.id,
+                                from_states=INPUT_CAPABLE_STATES, link_bundle=_linked(session, late),
+                                remember=_remembered(deps, remember, admission.as_dict()),
+                                queue_cap=deps.settings.queue_cap, at=deps.now())
+    _link_archived(deps, admitted, late, prompt.message_id)
     return admission
+
+
+def _linked(session: Session, late: LateAnswer | None) -> str | None:
+    """The question a late answer links to in the admission's own write: one still in the aggregate."""
+    return late.bundle_id if late is not None and session.bundle(late.bundle_id) is not None else None
+
+
+def _link_archived(deps: Deps, session: Session, late: LateAnswer | None, message_id: str) -> None:
+    """A question already in history is linked to its late answer's message right after the admission (a
+    crash between the two leaves it answerable late once more: nothing is lost)."""
+    if late is not None and session.bundle(late.bundle_id) is None:
+        deps.store.mark_archived(session.id, late.bundle_id, late_message_id=message_id)
 
 
 def _steer(deps: Deps, session: Session, text: str) -> bool:
@@ -275,7 +290,9 @@ def _record_steered(deps: Deps, caller: Caller, session: Session, client_message
         deps.store.remember(entry)
     deps.store.put_message(message)
     if late is not None:
-        deps.store.link_late_message(session.id, late.bundle_id, message.id, deps.now())
+        bundle = session.bundle(late.bundle_id) or deps.store.get_archived(session.id, late.bundle_id)
+        if bundle is not None:
+            archive.mark(deps, session, bundle, late_message_id=message.id)
     return admission
 
 

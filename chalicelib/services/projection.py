@@ -21,10 +21,11 @@ def task_summary(sessions: list[Session]) -> tuple[str | None, str | None]:
 
 def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
                          fresh: Session | None = None, republish: bool = False,
-                         sessions: list[Session] | None = None) -> Task | None:
+                         sessions: list[Session] | None = None, activity: str | None = None) -> Task | None:
     """Make the stored summary agree with the rule. Returns the task as stored (None if it vanished).
 
-    `sessions`, read by the caller just now, spare the first attempt its own read.
+    `sessions`, read by the caller just now, spare the first attempt its own read. `activity` (a session
+    change's time) moves the task's latest activity forward, and with it the task's place in the list.
 
     With `republish` (stream functions), an already agreeing summary has its event written again: the event
     id is stable, so this writes nothing new unless a crash came between a summary write and its event.
@@ -42,12 +43,16 @@ def refresh_task_summary(deps: Deps, task_id: str, *, task: Task | None = None,
             if all(s.id != fresh.id for s in listed):
                 listed.append(fresh)
         action, primary = task_summary(listed)
+        moved = max(current.summary.activity_at, activity or "")
         if (action, primary) == (current.summary.pending_action, current.summary.primary_session_id):
+            if moved != current.summary.activity_at:
+                current = deps.store.set_task_activity(current, moved)
             if republish and current.summary.revision:
                 publish_summary(deps, current)
             return current
         new = deps.store.set_task_summary(task_id, pending_action=action, primary_session_id=primary,
-                                          expected_revision=current.summary.revision, at=deps.now())
+                                          expected_revision=current.summary.revision, at=deps.now(),
+                                          activity_at=moved, seen_activity=current.summary.activity_at)
         publish_summary(deps, new)
         return new
     # someone else moved the revision: recompute from a fresh read

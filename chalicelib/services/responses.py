@@ -66,9 +66,10 @@ def respond(deps: Deps, caller: Caller, clarification_id: str, command: Respond,
     result = outcome(command, bundle, pending or [r.question.question_id for r in bundle.rows])
 
     def attempt(s: Session) -> Responded:
-        b = s.bundle(bundle.id)
-        if b is None:
+        found = archive.find(deps, s, bundle.id)  # a retry may find it settled and moved to history
+        if found is None:
             raise NotFound("clarification not found")
+        s, b = found
         replay = _replay(deps, s.id, b, key, result)
         if replay is not None:
             return replay
@@ -132,7 +133,7 @@ def _deliver_live(deps: Deps, session: Session, bundle: Bundle, outcome: Outcome
 
     def settle(current: Session) -> Responded:
         """Decide on the freshest aggregate; a lost conditional write decides again."""
-        b = current.bundle(bundle.id)
+        b = _located(deps, current, bundle.id)  # settled and moved to history meanwhile: its record tells
         d = b.delivery if b else None
         if b is None:
             raise NotFound("clarification not found")  # deleted meanwhile: it no longer exists
@@ -167,7 +168,7 @@ def _settled(deps: Deps, session_id: str, bundle_id: str, delivery_id: str, time
     """Wait (backing off) until this claim is confirmed or settled otherwise; None if it is still pending."""
     def probe() -> Delivery | None:
         s = deps.store.get_session(session_id)
-        b = s.bundle(bundle_id) if s else None
+        b = _located(deps, s, bundle_id) if s else None
         d = b.delivery if b else None
         if d is None or d.delivery_id != delivery_id or not d.pending:
             return d or _GONE
@@ -177,6 +178,12 @@ def _settled(deps: Deps, session_id: str, bundle_id: str, delivery_id: str, time
 
 
 _GONE = Delivery("", (), "", "", "", "")  # the claim was restored or replaced: nothing of it left to report
+
+
+def _located(deps: Deps, session: Session, bundle_id: str) -> Bundle | None:
+    """The bundle in the aggregate, else in its history record (a settled one moves there right after)."""
+    found = archive.find(deps, session, bundle_id)
+    return found[1] if found else None
 
 
 def _result(bundle_id: str, d: Delivery) -> Responded:
@@ -203,10 +210,10 @@ def wait(deps: Deps, caller: Caller, clarification_id: str, timeout: int) -> tup
 
     def probe() -> tuple[int, dict[str, Any]] | None:
         current = first.pop() if first else deps.store.get_session(session.id)
-        found = current.bundle(bundle.id) if current else None
-        if current is None or found is None:
+        located = archive.find(deps, current, bundle.id) if current else None  # moved to history once settled
+        if located is None:
             raise NotFound("clarification not found")
-        return _waiter_view(deps, current, found)
+        return _waiter_view(deps, *located)
     return poll(deps, probe, timeout) or (200, {"state": "pending"})
 
 
@@ -244,22 +251,14 @@ def confirm(deps: Deps, caller: Caller, clarification_id: str, command: Confirm)
 
 
 def dismiss(deps: Deps, caller: Caller, clarification_id: str) -> dict[str, Any]:
-    """Hide an inactive question's answer surface for this user everywhere; sends and resumes nothing.
-
-    An archived bundle has no answer surface left (every question answered, skipped or withdrawn): nothing
-    is written."""
-    session, bundle, archived = located_for_user(deps, caller, clarification_id)
+    """Hide an inactive question's answer surface for this user everywhere; sends and resumes nothing. It is
+    marked wherever it lives (the aggregate, or its history record once archived)."""
+    session, bundle, _ = located_for_user(deps, caller, clarification_id)
     if bundle_is_active(session, bundle):
         raise ClarificationActive("the question is still active: answer it or skip it")
-    if archived:
-        return {"clarification_id": bundle.id, "dismissed": True}
-    rows = [r.question.question_id for r in bundle.rows]
     try:
-        deps.store.dismiss(session.id, bundle.id, rows, clarify.dismissal_key(caller.sub), deps.now())
+        archive.mark(deps, session, bundle, dismissed_by=clarify.dismissal_key(caller.sub))
     except ConditionFailed as exc:
-        current = exc.session or deps.store.get_session(session.id)
-        if current is not None and current.bundle(bundle.id) is None and archive.find(deps, current, bundle.id):
-            return {"clarification_id": bundle.id, "dismissed": True}  # archived meanwhile
         raise ClarificationActive("the question is still active: answer it or skip it") from exc
     return {"clarification_id": bundle.id, "dismissed": True}
 

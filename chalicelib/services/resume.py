@@ -24,7 +24,7 @@ from ..domain.errors import (
     SessionUnavailable,
 )
 from ..domain.model import Bundle, Delivery, Dispatch, Prompt, Reservation, Session, StartEvent, Turn
-from ..domain.public import clarification_view
+from ..domain.public import clarification_event_view
 from ..domain.respond import Outcome, summary_text
 from ..domain.rules import moved_on
 from .deps import Deps
@@ -195,7 +195,7 @@ def publish_restored(deps: Deps, session: Session, bundle_id: str, rows: list[st
     bundle = session.bundle(bundle_id)
     if bundle is not None:
         emit_for(deps, session, f"message.updated:{bundle_id}:{session.version}", "message.updated",
-                 session.updated_at, {**clarification_view(session, bundle, now=session.updated_at),
+                 session.updated_at, {**clarification_event_view(session, bundle, now=session.updated_at),
                                       "changed_question_ids": rows})
     try:
         refresh_task_summary(deps, session.task_id, fresh=session)

@@ -11,6 +11,7 @@ from ..domain.model import (
     DeferredReady,
     Delivery,
     Dispatch,
+    Event,
     Message,
     Option,
     Prompt,
@@ -294,30 +295,51 @@ def session_to_item(s: Session) -> dict[str, Any]:
 def task_to_item(t: Task) -> dict[str, Any]:
     item: dict[str, Any] = {"task_id": t.id, "workspace_id": t.workspace_id, "created_at": t.created_at,
                             "title": t.title, "workflow_step": t.workflow_step,
-                            "summary_revision": t.summary.revision}
+                            "summary_revision": t.summary.revision,
+                            "list_key": task_list_key(t.summary.pending_action, t.last_activity_at)}
     for name, value in (("pending_action", t.summary.pending_action),
-                        ("primary_session_id", t.summary.primary_session_id), ("summary_at", t.summary.updated_at)):
+                        ("primary_session_id", t.summary.primary_session_id), ("summary_at", t.summary.updated_at),
+                        ("activity_at", t.summary.activity_at)):
         if value:
             item[name] = value
+    if t.session_ids is not None:
+        item["sessions"] = {sid: True for sid in t.session_ids}
     return item
 
 
 def task_from_item(item: Mapping[str, Any]) -> Task:
+    sessions = item.get("sessions")
     return Task(id=item["task_id"], workspace_id=item["workspace_id"], title=item["title"],
                 workflow_step=item["workflow_step"], created_at=item["created_at"],
                 summary=StatusSummary(pending_action=item.get("pending_action") or None,
                                       revision=int(item.get("summary_revision") or 0),
                                       primary_session_id=item.get("primary_session_id") or None,
-                                      updated_at=item.get("summary_at") or ""))
+                                      updated_at=item.get("summary_at") or "",
+                                      activity_at=item.get("activity_at") or ""),
+                session_ids=tuple(sorted(sessions)) if isinstance(sessions, Mapping) else None)
+
+
+def task_list_key(pending_action: str | None, last_activity_at: str) -> str:
+    """The task list's order, as the sort key of the workspace's index read newest first: tasks with a
+    pending question ("1") before the others ("0"), each by their latest activity."""
+    return f"{1 if pending_action else 0}#{last_activity_at}"
 
 
 def history_sk_turn(seq: int) -> str:
     return f"T#{seq:010d}#0"
 
 
+HISTORY_TURNS_FROM, HISTORY_TURNS_TO = "T#", "T#~"  # every turn record and message of a session lies between
+
+
 def history_sk_message(turn_seq: int, created_at: str, message_id: str) -> str:
     # Messages sort after their turn record and by time within the turn.
     return f"T#{turn_seq:010d}#M#{created_at}#{message_id}"
+
+
+def is_message_key(sk: str) -> bool:
+    """Whether `sk` has the shape of a message's history key (a transcript cursor names one)."""
+    return len(sk) > 15 and sk.startswith("T#") and sk[2:12].isdigit() and sk[12:15] == "#M#"
 
 
 def history_sk_archive(bundle_id: str) -> str:
@@ -330,6 +352,36 @@ def archive_to_item(session: Session, bundle: Bundle) -> dict[str, Any]:
     return {"session_id": session.id, "sk": history_sk_archive(bundle.id), "kind": "archive", "item_id": bundle.id,
             "workspace_id": session.workspace_id, "task_id": session.task_id, "turn_id": bundle.turn_id,
             "turn_seq": 0, "created_at": bundle.created_at, "bundle": bundle_to_item(bundle)}
+
+
+def stored_json(value: Any) -> str:
+    """A JSON attribute as stored: UTF-8 as is (escaped, a non-ASCII character would count 6 or 12 bytes)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def message_to_item(message: Message) -> dict[str, Any]:
+    """A transcript message's history record, exactly as stored (its size is what DynamoDB counts)."""
+    item: dict[str, Any] = {
+        "session_id": message.session_id, "sk": history_sk_message(message.turn_seq, message.created_at, message.id),
+        "kind": "message", "item_id": message.id, "workspace_id": message.workspace_id, "task_id": message.task_id,
+        "turn_id": message.turn_id, "turn_seq": message.turn_seq, "created_at": message.created_at,
+        "author_type": message.author_type, "type": message.type, "content": message.content}
+    if message.clarification_id:
+        item["clarification_id"] = message.clarification_id
+    if message.meta:
+        item["meta"] = stored_json(dict(message.meta))
+    return item
+
+
+def event_to_item(event: Event, written_at: str, expires_at: int) -> dict[str, Any]:
+    """A feed event's record, exactly as stored."""
+    item: dict[str, Any] = {
+        "workspace_id": event.workspace_id, "sk": f"{event.at}#{event.id}", "event_id": event.id,
+        "type": event.type, "task_id": event.task_id, "payload": stored_json(dict(event.payload)), "at": event.at,
+        "written_at": written_at, "expires_at": expires_at}
+    if event.session_id:
+        item["session_id"] = event.session_id
+    return item
 
 
 def archive_from_item(item: Mapping[str, Any]) -> Bundle:

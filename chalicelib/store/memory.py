@@ -10,15 +10,17 @@ import copy
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
-from ..domain.errors import AlreadyRemembered, ConditionFailed, ItemTooLarge, StoreRejected
+from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreRejected
 from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
 from . import codec
 from .document import InvalidPath, Write
-from .protocol import Remembered
-from .size import MAX_ITEM_BYTES, item_size
+from .protocol import Paged, Remembered
+from .size import ensure_fits
 from .writes import QUARANTINE_SHARD, RECON_SHARD, ConditionalWrites
+
+T = TypeVar("T")
 
 
 class MemoryStore(ConditionalWrites):
@@ -125,7 +127,20 @@ class MemoryStore(ConditionalWrites):
         tasks = [codec.task_from_item(i) for i in list(self.task_items.values()) if i["workspace_id"] == workspace_id]
         return sorted(tasks, key=lambda t: t.created_at)
 
+    def page_tasks(self, workspace_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Task]:
+        keyed = sorted(((i["list_key"], i["task_id"]), i) for i in list(self.task_items.values())
+                       if i["workspace_id"] == workspace_id and "list_key" in i)  # the index is sparse
+        return _page([(k, codec.task_from_item(i)) for k, i in reversed(keyed) if after is None or k < after], limit)
+
     # ---------------------------------------------------------------- sessions
+    def page_sessions(self, task_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Session]:
+        found = [(s.created_at, s.id) for s in self.list_sessions(task_id)]
+        keyed = sorted(((k, self.get_session(k[1])) for k in found if after is None or k < after), reverse=True)
+        return _page([(k, s) for k, s in keyed if s is not None], limit)
+
+    def get_sessions(self, session_ids: Sequence[str]) -> list[Session]:
+        return [s for s in (self.get_session(sid) for sid in dict.fromkeys(session_ids)) if s is not None]
+
     def create_session(self, session: Session) -> None:
         with self._lock:
             if session.id in self.items:
@@ -166,6 +181,7 @@ class MemoryStore(ConditionalWrites):
     # ---------------------------------------------------------------- history
     def put_message(self, message: Message) -> bool:
         key = codec.history_sk_message(message.turn_seq, message.created_at, message.id)
+        _check_size(codec.message_to_item(message))  # as DynamoDB would count it
         with self._lock:
             items = self.history.setdefault(message.session_id, {})
             if key in items or (message.session_id, key) in self.tombstones:
@@ -197,6 +213,20 @@ class MemoryStore(ConditionalWrites):
         items = [v for _, v in sorted(self.history.get(session_id, {}).items())]
         return ([i for i in items if isinstance(i, TurnRecord)], [i for i in items if isinstance(i, Message)])
 
+    def page_messages(self, session_id: str, limit: int, before: str | None) -> Paged[tuple[str, Message]]:
+        items = sorted(((k, v) for k, v in list(self.history.get(session_id, {}).items())
+                        if isinstance(v, Message) and (before is None or k < before)), reverse=True)
+        return _page([((k,), (k, m)) for k, m in items], limit)
+
+    def page_turns(self, session_id: str, limit: int, before: int | None) -> Paged[TurnRecord]:
+        records = sorted((v for v in list(self.history.get(session_id, {}).values())
+                          if isinstance(v, TurnRecord) and (before is None or v.seq < before)),
+                         key=lambda r: r.seq, reverse=True)
+        return _page([((str(r.seq),), r) for r in records], limit)
+
+    def get_archived_many(self, session_id: str, bundle_ids: Sequence[str]) -> list[Bundle]:
+        return [b for b in (self.get_archived(session_id, i) for i in dict.fromkeys(bundle_ids)) if b is not None]
+
     def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None:
         record = self.archive.get(session_id, {}).get(bundle_id)
         return codec.archive_from_item(record) if record is not None else None
@@ -204,6 +234,20 @@ class MemoryStore(ConditionalWrites):
     def list_archived(self, session_id: str) -> list[Bundle]:
         records = sorted(self.archive.get(session_id, {}).values(), key=lambda r: r["sk"])
         return [codec.archive_from_item(r) for r in records]
+
+    def mark_archived(self, session_id: str, bundle_id: str, *, dismissed_by: str | None = None,
+                      late_message_id: str | None = None) -> bool:
+        with self._lock:
+            record = self.archive.get(session_id, {}).get(bundle_id)
+            if record is None:
+                return False
+            bundle = record["bundle"] = dict(record["bundle"])
+            if dismissed_by is not None:
+                bundle["dismissed_by"] = {**(bundle.get("dismissed_by") or {}), dismissed_by: True}
+            if late_message_id is not None:
+                bundle["late_message_id"] = late_message_id
+            self.writes += 1
+            return True
 
     def delete_archived(self, session_id: str, bundle_id: str) -> bool:
         with self._lock:
@@ -214,6 +258,7 @@ class MemoryStore(ConditionalWrites):
     # ---------------------------------------------------------------- events
     def put_event(self, event: Event, written_at: str) -> bool:
         key = f"{event.at}#{event.id}"
+        _check_size(codec.event_to_item(event, written_at, 0))  # as DynamoDB would count it
         with self._lock:
             feed = self.events.setdefault(event.workspace_id, {})
             if key in feed:
@@ -237,10 +282,18 @@ class MemoryStore(ConditionalWrites):
     def set_meta(self, key: str, value: str, at: str) -> None:
         self.meta[key] = value
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        return {k: v for k, v in list(self.meta.items()) if k.startswith(prefix)}
+
     def due_sessions(self, before: str | None) -> list[str]:
         due = [(item.get("recon_due"), sid) for sid, item in list(self.items.items())
                if item.get("recon_shard") == RECON_SHARD]
         return [sid for when, sid in sorted(due) if when and (before is None or when < before)]
+
+
+def _page(keyed: list[tuple[tuple[str, ...], T]], limit: int) -> Paged[T]:
+    """The first `limit` of `keyed` (already in page order) and the position after them, if more follow."""
+    return Paged([v for _, v in keyed[:limit]], keyed[limit - 1][0] if len(keyed) > limit else None)
 
 
 def _applied(write: Write, item: Mapping[str, Any]) -> dict[str, Any]:
@@ -253,5 +306,4 @@ def _applied(write: Write, item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_size(item: Mapping[str, Any]) -> None:
-    if item_size(item) > MAX_ITEM_BYTES:
-        raise ItemTooLarge("the item would exceed the 400 KB item size limit")
+    ensure_fits(item)

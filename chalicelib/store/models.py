@@ -34,6 +34,17 @@ class TaskByWorkspace(GlobalSecondaryIndex["TaskRecord"]):
     created_at = UnicodeAttribute(range_key=True)
 
 
+class TaskByActivity(GlobalSecondaryIndex["TaskRecord"]):
+    """The task list's order (codec.task_list_key), read newest first: one Query serves a page."""
+
+    class Meta:
+        index_name = "by_activity"
+        projection = AllProjection()
+
+    workspace_id = UnicodeAttribute(hash_key=True)
+    list_key = UnicodeAttribute(range_key=True)
+
+
 class TaskRecord(Model):
     """A task and its persisted status summary (a projection kept by the stream function)."""
 
@@ -51,7 +62,11 @@ class TaskRecord(Model):
     summary_revision = NumberAttribute(default=0)
     primary_session_id = UnicodeAttribute(null=True)
     summary_at = UnicodeAttribute(null=True)
+    activity_at = UnicodeAttribute(null=True)
+    list_key = UnicodeAttribute(null=True)
+    sessions = MapAttribute(null=True)  # type: ignore[var-annotated]  # session id -> true
     by_workspace = TaskByWorkspace()
+    by_activity = TaskByActivity()
 
 
 class SessionByTask(GlobalSecondaryIndex["SessionRecord"]):
@@ -105,6 +120,17 @@ class SessionRecord(Model):
     reconciler_work = ReconcilerWork()
 
 
+class TurnsBySeq(GlobalSecondaryIndex["HistoryRecord"]):
+    """Sparse: only turn records carry `turn_order`, so a page of turns never reads past messages."""
+
+    class Meta:
+        index_name = "turns"
+        projection = AllProjection()
+
+    session_id = UnicodeAttribute(hash_key=True)
+    turn_order = NumberAttribute(range_key=True)
+
+
 class HistoryRecord(Model):
     """Append-mostly history: turn records and transcript messages, ordered by turn then time."""
 
@@ -121,6 +147,7 @@ class HistoryRecord(Model):
     task_id = UnicodeAttribute()
     turn_id = UnicodeAttribute()
     turn_seq = NumberAttribute()
+    turn_order = NumberAttribute(null=True)  # turn records only (the `turns` index)
     created_at = UnicodeAttribute()
     completed_at = UnicodeAttribute(null=True)
     author_type = UnicodeAttribute(null=True)
@@ -130,6 +157,7 @@ class HistoryRecord(Model):
     meta = JSONAttribute(null=True)
     # A deleted message stays as a tombstone, so a redelivered stream record cannot bring it back.
     deleted = BooleanAttribute(null=True)
+    turns = TurnsBySeq()
 
 
 class EventRecord(Model):

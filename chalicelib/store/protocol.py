@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..domain.model import (
     Bundle,
@@ -26,6 +26,8 @@ from ..domain.model import (
     Watchdog,
 )
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Remembered:
@@ -38,14 +40,36 @@ class Remembered:
     expires_at: int = 0
 
 
+@dataclass(frozen=True)
+class Paged(Generic[T]):
+    """One page of a list, newest first, and where the next (older) page starts: None when this one holds
+    the oldest. `after` is the store's position (plain values), opaque to clients once encoded."""
+
+    items: list[T]
+    after: tuple[str, ...] | None
+
+
 class Store(Protocol):
     # -- tasks
     def put_task(self, task: Task) -> None: ...
     def get_task(self, task_id: str) -> Task | None: ...
     def list_tasks(self, workspace_id: str) -> list[Task]: ...
+    def page_tasks(self, workspace_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Task]:
+        """Tasks in the list's order (codec.task_list_key, newest first) from one index Query."""
+        ...
+
+    def add_task_session(self, task_id: str, session_id: str) -> Task:
+        """Raises ConditionFailed for a task that keeps no session list (stored before it had one)."""
+        ...
+
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
-                         expected_revision: int, at: str) -> Task:
-        """Compare-and-set on the summary revision."""
+                         expected_revision: int, at: str, activity_at: str = "",
+                         seen_activity: str | None = None) -> Task:
+        """Compare-and-set on the summary revision and the activity read with it (the list's order moves)."""
+        ...
+
+    def set_task_activity(self, task: Task, activity_at: str) -> Task:
+        """Compare-and-set on what `task` read: only the latest activity and the list's order move."""
         ...
 
     def set_workflow_step(self, task_id: str, step: str, *, unchanged: Mapping[str, int] | None = None) -> Task:
@@ -65,6 +89,14 @@ class Store(Protocol):
     def get_session(self, session_id: str) -> Session | None: ...
     def list_sessions(self, task_id: str) -> list[Session]:
         """Newest first."""
+        ...
+
+    def page_sessions(self, task_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Session]:
+        """Newest first, from one index Query."""
+        ...
+
+    def get_sessions(self, session_ids: Sequence[str]) -> list[Session]:
+        """The aggregates that exist among `session_ids` (batch reads of up to 100), in no given order."""
         ...
 
     def start_turn(self, session_id: str, *, expected_turn_id: str | None, from_states: Iterable[State],
@@ -115,6 +147,12 @@ class Store(Protocol):
 
     def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None: ...
     def list_archived(self, session_id: str) -> list[Bundle]: ...
+    def mark_archived(self, session_id: str, bundle_id: str, *, dismissed_by: str | None = None,
+                      late_message_id: str | None = None) -> bool:
+        """An archived bundle's record: dismissed for a user, or linked to the message that answered it late
+        (False when there is no such record)."""
+        ...
+
     def delete_archived(self, session_id: str, bundle_id: str) -> bool:
         """The user deleted an archived bundle's transcript message: its record goes (True if it was there)."""
         ...
@@ -205,6 +243,18 @@ class Store(Protocol):
         was deleted already."""
         ...
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]: ...
+    def page_messages(self, session_id: str, limit: int, before: str | None) -> Paged[tuple[str, Message]]:
+        """Up to `limit` (history key, message) pairs older than the key `before`, newest first, deleted
+        ones left out; a bounded number of Queries (a page can come back short, with `after` set)."""
+        ...
+
+    def page_turns(self, session_id: str, limit: int, before: int | None) -> Paged[TurnRecord]:
+        """Turn records with a sequence below `before`, newest first (the sparse `turns` index)."""
+        ...
+
+    def get_archived_many(self, session_id: str, bundle_ids: Sequence[str]) -> list[Bundle]:
+        """The archived bundles among `bundle_ids` (batch reads)."""
+        ...
 
     # -- client event feed
     def put_event(self, event: Event, written_at: str) -> bool:
@@ -219,6 +269,9 @@ class Store(Protocol):
     # -- deployment metadata and reconciler work
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str, at: str) -> None: ...
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        """Every metadata entry whose key starts with `prefix` (the table holds a handful: a Scan)."""
+        ...
     def due_sessions(self, before: str | None) -> list[str]:
         """Sessions carrying an owner deadline (all, or those due before `before`)."""
         ...

@@ -6,18 +6,19 @@ session aggregate's write path (chalicelib.store.dynamo) never depends on them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from ..domain.errors import AlreadyRemembered, ConditionFailed
+from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreUnavailable
 from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
 from ..domain.time import parse_iso
 from . import codec
 from .errors import guarded
 from .expr import Expr, to_attr
 from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
-from .protocol import Remembered
+from .protocol import Paged, Remembered
+from .size import ensure_fits
 from .writes import RECON_SHARD
 
 T = TypeVar("T")
@@ -53,6 +54,32 @@ class DynamoRecords:
         return guarded(lambda: [codec.task_from_item(codec.plain(r.attribute_values))
                                 for r in TaskRecord.by_workspace.query(workspace_id)])
 
+    def page_tasks(self, workspace_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Task]:
+        start = ({"workspace_id": {"S": workspace_id}, "list_key": {"S": after[0]}, "task_id": {"S": after[1]}}
+                 if after else None)
+        items, more = _one_page(self.client, limit, start, TableName=TaskRecord.Meta.table_name,
+                                IndexName=TaskRecord.by_activity.Meta.index_name,
+                                KeyConditionExpression="workspace_id = :w",
+                                ExpressionAttributeValues={":w": {"S": workspace_id}}, ScanIndexForward=False)
+        tasks = [codec.task_from_item(i) for i in items]
+        last = items[-1] if items else None
+        return Paged(tasks, (last["list_key"], last["task_id"]) if more and last else None)
+
+    def page_sessions(self, task_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Session]:
+        start = ({"task_id": {"S": task_id}, "created_at": {"S": after[0]}, "session_id": {"S": after[1]}}
+                 if after else None)
+        items, more = _one_page(self.client, limit, start, TableName=SessionRecord.Meta.table_name,
+                                IndexName=SessionRecord.by_task.Meta.index_name,
+                                KeyConditionExpression="task_id = :t",
+                                ExpressionAttributeValues={":t": {"S": task_id}}, ScanIndexForward=False)
+        last = items[-1] if items else None
+        return Paged([codec.session_from_item(i) for i in items],
+                     (last["created_at"], last["session_id"]) if more and last else None)
+
+    def get_sessions(self, session_ids: Sequence[str]) -> list[Session]:
+        keys = [{"session_id": {"S": sid}} for sid in dict.fromkeys(session_ids)]
+        return [codec.session_from_item(i) for i in _batch_get(self.client, SessionRecord.Meta.table_name, keys)]
+
     # ---------------------------------------------------------------- idempotency records
     def get_remembered(self, key: str) -> Remembered | None:
         def get() -> Remembered | None:
@@ -80,17 +107,15 @@ class DynamoRecords:
 
     # ---------------------------------------------------------------- history
     def put_message(self, message: Message) -> bool:
-        rec = HistoryRecord(
-            message.session_id, codec.history_sk_message(message.turn_seq, message.created_at, message.id),
-            **{k: v for k, v in _message_fields(message).items() if k != "meta"},
-            meta=dict(message.meta) if message.meta else None)
-        return _put_once(rec, HistoryRecord.sk.does_not_exist())
+        item = codec.message_to_item(message)
+        ensure_fits(item)
+        return _create(self.client, HistoryRecord.Meta.table_name, item)
 
     def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:
         e = Expr()
         fields: list[tuple[str, Any]] = [("kind", "turn"), ("item_id", record.id), ("workspace_id", workspace_id),
                                          ("task_id", task_id), ("turn_id", record.id), ("turn_seq", record.seq),
-                                         ("created_at", record.started_at)]
+                                         ("turn_order", record.seq), ("created_at", record.started_at)]
         if record.completed_at:  # never un-complete a record on redelivery
             fields.append(("completed_at", record.completed_at))
         update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields)
@@ -104,7 +129,8 @@ class DynamoRecords:
         key = {"session_id": {"S": message.session_id},
                "sk": {"S": codec.history_sk_message(message.turn_seq, message.created_at, message.id)}}
         e = Expr()
-        fields = {**_message_fields(message), "deleted": True}
+        fields = {k: v for k, v in codec.message_to_item(message).items() if k not in ("session_id", "sk")}
+        fields["deleted"] = True
         update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields.items())
         try:
             guarded(lambda: self.client.update_item(
@@ -128,6 +154,43 @@ class DynamoRecords:
             return turns, messages
         return guarded(query)
 
+    def page_messages(self, session_id: str, limit: int, before: str | None) -> Paged[tuple[str, Message]]:
+        kwargs: dict[str, Any] = {
+            "TableName": HistoryRecord.Meta.table_name, "ConsistentRead": True, "ScanIndexForward": False,
+            "KeyConditionExpression": "session_id = :s AND sk BETWEEN :lo AND :hi",
+            "FilterExpression": "#k = :m AND attribute_not_exists(#d)",
+            "ExpressionAttributeNames": {"#k": "kind", "#d": "deleted"},
+            "ExpressionAttributeValues": {":s": {"S": session_id}, ":m": {"S": "message"},
+                                          ":lo": {"S": codec.HISTORY_TURNS_FROM},
+                                          ":hi": {"S": before or codec.HISTORY_TURNS_TO}},
+            "Limit": limit + 2}  # BETWEEN includes `before` itself: it is read and left out
+        out: list[tuple[str, Message]] = []
+        for _ in range(PAGE_QUERIES):  # turn records and tombstones between messages are read, not returned
+            resp = guarded(lambda: self.client.query(**kwargs))
+            out.extend((i["sk"], codec.message_from_history(i)) for i in map(codec.from_attrs, resp["Items"])
+                       if i["sk"] != before)
+            if len(out) > limit:
+                return Paged(out[:limit], (out[limit - 1][0],))
+            if "LastEvaluatedKey" not in resp:
+                return Paged(out, None)
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        return Paged(out, (kwargs["ExclusiveStartKey"]["sk"]["S"],))  # short: the next page goes on from here
+
+    def page_turns(self, session_id: str, limit: int, before: int | None) -> Paged[TurnRecord]:
+        cond, values = "session_id = :s", {":s": {"S": session_id}}
+        if before is not None:
+            cond, values[":b"] = cond + " AND turn_order < :b", {"N": str(before)}
+        items, more = _one_page(self.client, limit, None, TableName=HistoryRecord.Meta.table_name,
+                                IndexName=HistoryRecord.turns.Meta.index_name, KeyConditionExpression=cond,
+                                ExpressionAttributeValues=values, ScanIndexForward=False)
+        turns = [codec.turn_record_from_history(i) for i in items]
+        return Paged(turns, (str(turns[-1].seq),) if more and turns else None)
+
+    def get_archived_many(self, session_id: str, bundle_ids: Sequence[str]) -> list[Bundle]:
+        keys = [{"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(b)}}
+                for b in dict.fromkeys(bundle_ids)]
+        return [codec.archive_from_item(i) for i in _batch_get(self.client, HistoryRecord.Meta.table_name, keys)]
+
     # ---------------------------------------------------------------- archived bundles (history records)
     def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None:
         resp = guarded(lambda: self.client.get_item(
@@ -143,6 +206,24 @@ class DynamoRecords:
                          ExpressionAttributeValues={":s": {"S": session_id},
                                                     ":a": {"S": codec.history_sk_archive("")}})
 
+    def mark_archived(self, session_id: str, bundle_id: str, *, dismissed_by: str | None = None,
+                      late_message_id: str | None = None) -> bool:
+        e = Expr()
+        sets = []
+        if dismissed_by is not None:
+            sets.append(f"{e.path('bundle', 'dismissed_by', dismissed_by)} = {e.value(True)}")
+        if late_message_id is not None:
+            sets.append(f"{e.path('bundle', 'late_message_id')} = {e.value(late_message_id)}")
+        try:
+            guarded(lambda: self.client.update_item(
+                TableName=HistoryRecord.Meta.table_name, UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=f"attribute_exists({e.path('sk')})",
+                Key={"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(bundle_id)}},
+                **e.placeholders()))
+            return True
+        except ConditionFailed:
+            return False
+
     def delete_archived(self, session_id: str, bundle_id: str) -> bool:
         try:
             guarded(lambda: self.client.delete_item(
@@ -154,10 +235,9 @@ class DynamoRecords:
 
     # ---------------------------------------------------------------- events
     def put_event(self, event: Event, written_at: str) -> bool:
-        rec = EventRecord(event.workspace_id, f"{event.at}#{event.id}", event_id=event.id, type=event.type,
-                          task_id=event.task_id, session_id=event.session_id, payload=dict(event.payload),
-                          at=event.at, written_at=written_at, expires_at=parse_iso(written_at) + EVENT_TTL)
-        return _put_once(rec, EventRecord.sk.does_not_exist())
+        item = codec.event_to_item(event, written_at, int((parse_iso(written_at) + EVENT_TTL).timestamp()))
+        ensure_fits(item)
+        return _create(self.client, EventRecord.Meta.table_name, item)
 
     def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
                     limit: int) -> list[tuple[str, str, Event]]:
@@ -165,7 +245,8 @@ class DynamoRecords:
             out = []
             cond = (EventRecord.sk > after_sk) | (EventRecord.written_at > written_after)
             key_cond = EventRecord.sk > low_sk if low_sk else None
-            for rec in EventRecord.query(workspace_id, key_cond, filter_condition=cond, consistent_read=True):
+            for rec in EventRecord.query(workspace_id, key_cond, filter_condition=cond, consistent_read=True,
+                                         page_size=limit):  # one Query when the page is all news
                 out.append((rec.sk, rec.written_at, Event(
                     id=rec.event_id, workspace_id=rec.workspace_id, type=rec.type, task_id=rec.task_id,
                     session_id=rec.session_id, payload=rec.payload, at=rec.at)))
@@ -186,6 +267,9 @@ class DynamoRecords:
     def set_meta(self, key: str, value: str, at: str) -> None:
         guarded(lambda: MetaRecord(key, value=value, updated_at=at).save())
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        return guarded(lambda: {str(r.key): str(r.value) for r in MetaRecord.scan(MetaRecord.key.startswith(prefix))})
+
     def due_sessions(self, before: str | None) -> list[str]:
         def query() -> list[str]:
             cond = SessionRecord.recon_due < before if before else None
@@ -193,16 +277,33 @@ class DynamoRecords:
         return guarded(query)
 
 
-def _message_fields(message: Message) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "kind": "message", "item_id": message.id, "workspace_id": message.workspace_id, "task_id": message.task_id,
-        "turn_id": message.turn_id, "turn_seq": message.turn_seq, "created_at": message.created_at,
-        "author_type": message.author_type, "type": message.type, "content": message.content}
-    if message.clarification_id:
-        fields["clarification_id"] = message.clarification_id
-    if message.meta:
-        fields["meta"] = json.dumps(dict(message.meta))  # the model's JSON attribute stores a string
-    return fields
+PAGE_QUERIES = 4  # a transcript page reads at most this many Query pages
+
+
+def _one_page(client: Any, limit: int, start: dict[str, Any] | None,
+              **kwargs: Any) -> tuple[list[dict[str, Any]], bool]:
+    """One Query for `limit` items (and one more, to know whether another page follows)."""
+    if start:
+        kwargs["ExclusiveStartKey"] = start
+    resp = guarded(lambda: client.query(Limit=limit + 1, **kwargs))
+    items = [codec.from_attrs(i) for i in resp.get("Items", [])]
+    return items[:limit], len(items) > limit
+
+
+def _batch_get(client: Any, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """BatchGetItem (strongly consistent) in requests of 100 keys, unprocessed keys asked again."""
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(keys), 100):
+        request: dict[str, Any] = {table: {"Keys": keys[start:start + 100], "ConsistentRead": True}}
+        for _ in range(10):
+            resp = guarded(lambda r=request: client.batch_get_item(RequestItems=r))  # type: ignore[misc]
+            out.extend(codec.from_attrs(i) for i in resp.get("Responses", {}).get(table, []))
+            request = resp.get("UnprocessedKeys") or {}
+            if not request:
+                break
+        else:
+            raise StoreUnavailable("the database kept leaving keys of a batch read unprocessed")
+    return out
 
 
 def remember_put(entry: Remembered) -> dict[str, Any]:
@@ -236,10 +337,11 @@ def _attrs(item: dict[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in item.items()}
 
 
-def _put_once(rec: Any, condition: Any) -> bool:
-    """Create-if-absent; False when the record already exists."""
+def _create(client: Any, table: str, item: dict[str, Any]) -> bool:
+    """Create-if-absent (on the sort key); False when the record already exists."""
     try:
-        guarded(lambda: rec.save(condition=condition))
+        guarded(lambda: client.put_item(TableName=table, Item=_attrs(item),
+                                        ConditionExpression="attribute_not_exists(sk)"))
         return True
     except ConditionFailed:
         return False

@@ -5,6 +5,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from ..domain.errors import ItemTooLarge
+
 MAX_ITEM_BYTES = 400 * 1024
 
 
@@ -37,3 +39,9 @@ def value_size(value: Any) -> int:
 def item_size(item: Mapping[str, Any]) -> int:
     """Attribute names plus values."""
     return sum(value_size(name) + value_size(value) for name, value in item.items())
+
+
+def ensure_fits(item: Mapping[str, Any]) -> None:
+    """Raise ItemTooLarge (deterministic: a retry cannot help) for an item DynamoDB would refuse."""
+    if item_size(item) > MAX_ITEM_BYTES:
+        raise ItemTooLarge("the item would exceed the 400 KB item size limit")

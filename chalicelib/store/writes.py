@@ -102,6 +102,10 @@ def _delivery(bundle_id: str, *name: str) -> tuple[str, ...]:
     return ("bundles", bundle_id, "delivery", *name)
 
 
+def _activity_is(seen: str) -> Clause:
+    return Equals(("activity_at",), seen) if seen else Not(Exists(("activity_at",)))
+
+
 class ConditionalWrites(ABC):
     """The conditional writes of the session aggregate (and of a task's summary and step). A store commits
     a `Write` to its storage; the decisions are all here."""
@@ -127,11 +131,35 @@ class ConditionalWrites(ABC):
 
     # ------------------------------------------------------------ tasks
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
-                         expected_revision: int, at: str) -> Task:
-        """Compare-and-set on the summary revision: an older computation never overwrites a newer one."""
+                         expected_revision: int, at: str, activity_at: str = "",
+                         seen_activity: str | None = None) -> Task:
+        """Compare-and-set on the summary revision (and, given `seen_activity`, the activity read with it): an
+        older computation never overwrites a newer one. The task list's sort key moves with it
+        (codec.task_list_key)."""
         w = _TaskBuilder().require(Equals(("summary_revision",), expected_revision))
+        if seen_activity is not None:
+            w.require(_activity_is(seen_activity))
         w.put_or_drop(("pending_action",), pending_action).put_or_drop(("primary_session_id",), primary_session_id)
         w.put(("summary_revision",), expected_revision + 1).put_or_drop(("summary_at",), at or None)
+        w.put_or_drop(("activity_at",), activity_at or None)
+        w.put(("list_key",), codec.task_list_key(pending_action, max(at, activity_at)))
+        return self._commit_task(task_id, w.done(None))
+
+    def set_task_activity(self, task: Task, activity_at: str) -> Task:
+        """Move the task's latest activity (and its place in the list) forward, compare-and-set on what
+        `task` read; the summary and its revision stay (no new summary event for a turn that started)."""
+        w = _TaskBuilder().require(Equals(("summary_revision",), task.summary.revision),
+                                   _activity_is(task.summary.activity_at))
+        w.put(("activity_at",), activity_at)
+        w.put(("list_key",), codec.task_list_key(task.summary.pending_action,
+                                                 max(task.created_at, task.summary.updated_at, activity_at)))
+        return self._commit_task(task.id, w.done(None))
+
+    def add_task_session(self, task_id: str, session_id: str) -> Task:
+        """Name a new session on its task (before it is created: a name without a session is harmless), so
+        the task list repairs a page's summaries from one batch read. A task stored before tasks listed their
+        sessions keeps no list (its readers query the sessions instead)."""
+        w = _TaskBuilder().require(Exists(("sessions",))).put(("sessions", session_id), True)
         return self._commit_task(task_id, w.done(None))
 
     def rename_task(self, task_id: str, title: str) -> Task:

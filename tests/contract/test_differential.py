@@ -180,7 +180,7 @@ def test_random_write_sequences__both_stores_answer_alike(tables: DynamoStore) -
     succeeded: set[str] = set()
     steps = 0
     writes = {n for n in vars(ConditionalWrites) if not n.startswith("_")} - {
-        "set_task_summary", "set_workflow_step", "rename_task", "quarantine",
+        "set_task_summary", "set_workflow_step", "rename_task", "quarantine", "set_task_activity", "add_task_session",
         "release"}
     sequences = 0
     for seed in range(MAX_SEQUENCES):

@@ -271,6 +271,14 @@ def s_unpumped(w: World) -> Ctx:
     return ctx
 
 
+def s_superseded_unpumped(w: World) -> Ctx:
+    """A superseded question the stream has not seen yet: it is still in the aggregate (the stream moves it
+    to history once it copied its transcript anchor)."""
+    ctx = s_superseded(w)
+    ctx["unpumped"] = True
+    return ctx
+
+
 def s_resume_reply_lost(w: World) -> Ctx:
     """Detached; the agent will take the resume but its reply is lost (the outcome is known only later)."""
     ctx = s_detached(w)
@@ -335,6 +343,12 @@ def s_superseded_running(w: World) -> Ctx:
     """A superseded question while the agent's newer turn runs and it can steer."""
     ctx = s_superseded(w)
     w.send(ctx["main"], "and now this", f"again-{ctx['main']}")
+    return ctx
+
+
+def s_superseded_running_unpumped(w: World) -> Ctx:
+    ctx = s_superseded_running(w)
+    ctx["unpumped"] = True
     return ctx
 
 
@@ -574,6 +588,10 @@ CATALOG = [
     Operation("respond to the other open question", s_two_detached, op_respond_other),
     Operation("respond detached in an open turn, the agent refuses", s_open_turn_refusing, op_respond),
     Operation("stream catches up", s_unpumped, op_stream),
+    Operation("stream moves a superseded question to history", s_superseded_unpumped, op_stream),
+    Operation("late answer before the stream ran", s_superseded_unpumped, op_late_answer),
+    Operation("steer a late answer before the stream ran", s_superseded_running_unpumped, op_late_steer),
+    Operation("delete a question before the stream ran", s_superseded_unpumped, op_delete_question),
     Operation("ask in a long session: closed questions move to history", s_archivable, op_ask),
     Operation("delete an archived question", s_archived, op_delete_question),
     Operation("reconciler before traffic", s_broken, op_reconcile),

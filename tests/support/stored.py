@@ -20,9 +20,10 @@ class StoredState:
         return session
 
     def rows(self, cid: str) -> dict[str, tuple[str, bool]]:
-        """(status, agent_disconnected) of each row of a bundle as stored."""
+        """(status, agent_disconnected) of each row of a bundle as stored: in the aggregate, or in its history
+        record once it can no longer be answered (the stream function moves it there)."""
         sid = session_of(cid)
         assert sid is not None
-        bundle = self.stored(sid).bundle(cid)
+        bundle = self.stored(sid).bundle(cid) or self.store.get_archived(sid, cid)
         assert bundle is not None
         return {r.question.question_id: (r.status, r.agent_disconnected) for r in bundle.rows}

@@ -12,10 +12,13 @@ import pytest
 from chalicelib.domain.errors import ConditionFailed, ItemTooLarge
 from chalicelib.domain.model import Delivery, Reservation, Watchdog
 from chalicelib.domain.rules import archivable
+from chalicelib.functions import streams
 from chalicelib.services.deps import Settings
 from chalicelib.store import codec
+from chalicelib.store.memory import MemoryStore
 from chalicelib.store.size import item_size
 from tests.contract.builders import AT, LATER, T1, T2, bundle, row, session
+from tests.support.crash import SessionTap
 from tests.support.world import ANSWER, World
 
 ANSWERED = row("q1", "answered", response={"selected_options": ["a"]})
@@ -25,13 +28,14 @@ ANSWERED = row("q1", "answered", response={"selected_options": ["a"]})
     ((ANSWERED, row("q2", "rejected")), {}, True),
     ((row("q1", "cancelled"),), {}, True),
     ((ANSWERED, row("q2")), {}, False),  # a question still open
-    ((row("q1"),), {"turn": T2}, False),  # superseded and unanswered: a late answer links to it
-    ((row("q1", "expired"),), {}, False),  # expired unanswered: the same
+    ((row("q1"),), {"turn": T2}, True),  # superseded: a late answer links to its record
+    ((row("q1", "expired"),), {}, True),  # expired: the same
+    ((row("q1"),), {}, False),  # active: respond answers it
     ((ANSWERED,), {"delivery": Delivery("d1", ("q1",), "answered", "live", AT, LATER)}, False),  # on its way
     ((ANSWERED,), {"reservation": True}, False),  # a resume still carries it
     ((ANSWERED,), {"watchdog": True}, False),  # its watchdog may still re-prompt it
 ])
-def test_archivable__only_what_nothing_can_change_any_more(rows: tuple, extra: dict, expected: bool) -> None:
+def test_archivable__whatever_respond_can_no_longer_answer(rows: tuple, extra: dict, expected: bool) -> None:
     b = bundle("s1", "b1", T1, *rows, **({"delivery": extra["delivery"]} if "delivery" in extra else {}))
     s = session("s1", b, turn=extra.get("turn", T1))
     if extra.get("reservation"):
@@ -42,7 +46,14 @@ def test_archivable__only_what_nothing_can_change_any_more(rows: tuple, extra: d
 
 
 def _long_session(budget: int, compact: int) -> World:
-    return World(settings=Settings(deployment_id="archive", session_budget_bytes=budget, session_compact_bytes=compact))
+    return World(SessionTap(MemoryStore()),
+                 settings=Settings(deployment_id="archive", session_budget_bytes=budget, session_compact_bytes=compact))
+
+
+def _stream(w: World) -> None:
+    """The sessions stream function catches up (it copies each question's transcript anchor to history)."""
+    for record in w.store.records():
+        streams.on_session_record(w.deps, record)
 
 
 def test_long_session__every_question_answered__never_session_full_and_the_item_stays_small() -> None:
@@ -57,6 +68,7 @@ def test_long_session__every_question_answered__never_session_full_and_the_item_
         cids.append(cid)
     s = w.get(sid)
     assert item_size(codec.session_to_item(s)) <= 4 * 1024 + 1024 and s.archived >= 30
+    _stream(w)
     entries = [m for m in w.transcript(sid)["messages"] if m["type"] == "clarification"]
     assert [e["clarification_id"] for e in entries] == cids  # in order, wherever each lives
     assert {e["state"] for e in entries} == {"rejected"}

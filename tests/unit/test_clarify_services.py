@@ -423,7 +423,7 @@ class RacingProjector(MemoryStore):
         self.raced = False
 
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
-                         expected_revision: int, at: str) -> Task:
+                         expected_revision: int, at: str, **kw: Any) -> Task:
         if not self.raced:
             self.raced = True
             super().set_task_summary(task_id, pending_action="clarification", primary_session_id="someone-else",

@@ -30,6 +30,7 @@ from chalicelib.domain.rules import bundle_is_active
 from chalicelib.functions import streams
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
 from chalicelib.services import (
+    archive,
     clarifications,
     history,
     responses,
@@ -161,7 +162,8 @@ def s_partial_sibling(w: World) -> Ctx:
 
 
 def check_sibling(w: World, ctx: Ctx, stage: str) -> list[str]:
-    b = w.get(ctx["main"]).bundle(ctx["bundle"])
+    found = archive.find(w.deps, w.get(ctx["main"]), ctx["bundle"])  # wherever it lives: closed ones move on
+    b = found[1] if found else None
     q2 = next(r for r in b.rows if r.question.question_id == "q2") if b else None
     if q2 is None or q2.status != "cancelled" or q2.response is not None:
         return [f"U1: the sibling made terminal before the claim was touched: {q2}"]
@@ -324,7 +326,9 @@ def op_dismiss(w: World, deps: Deps, ctx: Ctx) -> None:
 
 
 def op_delete_question(w: World, deps: Deps, ctx: Ctx) -> None:
-    history.delete_message(deps, USER, ctx["old"], w.get(ctx["old"]).bundle(ctx["superseded"]).message_id)  # type: ignore[union-attr]
+    found = archive.find(w.deps, w.get(ctx["old"]), ctx["superseded"])  # in history once the stream moved it
+    assert found is not None
+    history.delete_message(deps, USER, ctx["old"], found[1].message_id)
 
 
 # -- a long session's closed questions move to history
@@ -583,6 +587,8 @@ SCENARIOS: list[Scenario] = [
     Scenario("late answer, agentctl rejects", s_late("reject"), op_send_answer),
     Scenario("late answer steered into the running turn", s_late_steered, op_send_answer,
              after=agent_finishes_its_turn("old")),
+    Scenario("late answer steered before the stream moved the question to history", s_late_steered,
+             op_send_answer, after=agent_finishes_its_turn("old"), pump_setup=False),
     Scenario("plain message sent", s_plain, op_send_answer),
     Scenario("agent activity, turn completion and queue drain", s_activity, op_activity,
              after=agent_finishes_its_turn("main")),
@@ -593,6 +599,8 @@ SCENARIOS: list[Scenario] = [
              op_rename_and_delete_task, check_cancelled),
     Scenario("dismiss a superseded question", _bg, op_dismiss),
     Scenario("delete a superseded question's message", _bg, op_delete_question),
+    Scenario("delete a superseded question's message before the stream moved it", _bg, op_delete_question,
+             pump_setup=False),
     Scenario("an ask in a long session moves closed questions to history", s_archivable, op_ask_archiving,
              check_archived),
     Scenario("delete an archived question's message", s_archived, op_delete_archived, check_archived_deleted),
@@ -730,7 +738,7 @@ def test_crashing_store__process_died__not_an_exception_and_kills_later_calls() 
     try:
         sessions.create_session(w.using(store), USER, w.task_id, commands.create_session({}))
     except ProcessDied as died:
-        assert died.phase == "before" and died.method == "create_session"
+        assert died.phase == "before" and died.method == "add_task_session"  # the task names it first
     assert w.memory.list_sessions(w.task_id) == []  # died before the write: nothing written
     try:
         store.get_session("x")

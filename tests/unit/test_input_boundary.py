@@ -34,7 +34,7 @@ class FailingStore(MemoryStore):
 
     error_code = "InternalServerError"
 
-    def list_tasks(self, workspace_id: str) -> Any:
+    def page_tasks(self, *_: Any) -> Any:
         cause = ClientError({"Error": {"Code": self.error_code, "Message": HTML}}, "Query")
         raise translate(cause) from cause
 
@@ -80,7 +80,7 @@ def test_unexpected_error__500_not_retryable(store: FailingStore, monkeypatch: p
     def boom(*_: Any) -> Any:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(FailingStore, "list_tasks", boom)
+    monkeypatch.setattr(FailingStore, "page_tasks", boom)
     status, body = http("GET", "/tasks")
     assert (status, body["error"]["code"], body["error"]["retryable"]) == (500, "internal_error", False)
     assert "secret" not in body["error"]["message"]
@@ -135,7 +135,7 @@ def test_error_message__never_echoes_unbounded_input(store: FailingStore, monkey
     def refuse(*_: Any) -> Any:
         raise ValidationError("x" * 10_000, "y" * 100_000)
 
-    monkeypatch.setattr(FailingStore, "list_tasks", refuse)
+    monkeypatch.setattr(FailingStore, "page_tasks", refuse)
     status, body = http("GET", "/tasks")
     assert status == 400
     assert len(body["error"]["message"]) <= 500 and len(body["error"]["details"]["field"]) <= 200

@@ -16,7 +16,7 @@ from chalicelib.domain.model import State, Watchdog
 from chalicelib.domain.public import clarification_view
 from chalicelib.domain.rules import active_bundles
 from chalicelib.functions.reconciler import reconcile
-from chalicelib.services import watchdog
+from chalicelib.services import archive, watchdog
 from tests.support.explorer import Case, run_case
 from tests.support.harness import World, answers_body, settle
 
@@ -177,9 +177,10 @@ def test_race__claim_whose_question_moved_on__retired_and_the_answer_can_be_sent
     c = _clean(run_case("reconciler retires a moved-on claim", "before store.retire_claim", "wait"))
     w = c.world
     assert w is not None
-    s = w.get(c.ctx["main"])
-    bundle = s.bundle(c.ctx["bundle"])
-    assert bundle is not None and bundle.delivery is None
+    found = archive.find(w.deps, w.get(c.ctx["main"]), c.ctx["bundle"])  # moved to history once retired
+    assert found is not None
+    s, bundle = found
+    assert bundle.delivery is None
     assert all(r.response is None for r in bundle.rows)
     assert clarify.derived_state(s, bundle, w.deps.now()) in ("superseded", "expired")
     view = clarification_view(s, bundle, now=w.deps.now())

@@ -95,7 +95,8 @@ def test_create_session__no_prompt__idle_primary_and_agent_untouched(w: W) -> No
     assert first.admission is None and first.session.state == State.IDLE
     assert (first.session.is_primary, second.session.is_primary) == (True, False)
     assert first.session.current_turn is None and w.agent.prompts == []
-    assert {s.id for s in sessions.list_sessions(w.deps, USER, task_id)} == {first.session.id, second.session.id}
+    listed, _ = sessions.list_sessions(w.deps, USER, task_id, limit=50, cursor=None)
+    assert {s.id for s in listed} == {first.session.id, second.session.id}
 
 
 def test_create_session__with_prompt__running_with_the_prompt_dispatched(w: W) -> None:

@@ -71,7 +71,7 @@ def test_delete__live_sessions_cancelled_then_the_task_gone() -> None:
 
     task_changes.delete_task(w.deps, USER, task_id)
 
-    assert [t.task.id for t in tasks.list_tasks(w.deps, USER)] == [kept]
+    assert [t.task.id for t in tasks.list_tasks(w.deps, USER, limit=50, cursor=None).tasks] == [kept]
     with pytest.raises(NotFound):
         tasks.get_task(w.deps, USER, task_id)
     assert w.get(running.id).state == State.CANCELLED
@@ -99,7 +99,7 @@ def test_list__last_activity__latest_session_write() -> None:
     w.clock.advance(5)
     session = w.session(task_id=busy)
     w.send(session.id, "hello", "m1")
-    listed = {t.task.id: t.last_activity_at for t in tasks.list_tasks(w.deps, USER)}
+    listed = {t.task.id: t.last_activity_at for t in tasks.list_tasks(w.deps, USER, limit=50, cursor=None).tasks}
     stored = w.get(session.id)
     created = tasks.get_task(w.deps, USER, quiet).created_at
     assert listed[quiet] == created
