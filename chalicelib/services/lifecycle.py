@@ -41,8 +41,9 @@ def complete_turn(deps: Deps, session: Session, turn_id: str) -> Session | None:
         detach = clarify.current_turn_detachable(s)
         if detach:
             return deps.store.detach_rows(s.id, detach, at=deps.now(), complete_turn_id=turn.id,
-                                          from_state=s.state, to_state=target)
-        return deps.store.complete_turn(s.id, turn.id, from_state=s.state, to_state=target, at=deps.now())
+                                          from_state=s.state, to_state=target, version=s.version)
+        return deps.store.complete_turn(s.id, turn.id, from_state=s.state, to_state=target, at=deps.now(),
+                                        version=s.version)
     completed = with_session(deps, session, attempt)
     return drain(deps, completed) if completed is not None else None
 

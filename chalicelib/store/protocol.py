@@ -111,7 +111,7 @@ class Store(Protocol):
         ...
 
     def complete_turn(self, session_id: str, turn_id: str, *, from_state: State, to_state: State,
-                      at: str) -> Session:
+                      at: str, version: int | None = None) -> Session:
         """Complete the current turn if it is `turn_id`, still open, and the session is in `from_state`."""
         ...
 
@@ -129,7 +129,7 @@ class Store(Protocol):
 
     def detach_rows(self, session_id: str, rows: Mapping[str, Sequence[str]], *, at: str,
                     complete_turn_id: str | None = None, from_state: State | None = None,
-                    to_state: State | None = None) -> Session:
+                    to_state: State | None = None, version: int | None = None) -> Session:
         """Detach exactly `rows` (active, pending, not yet detached), optionally completing the turn too."""
         ...
 

@@ -196,8 +196,13 @@ class ConditionalWrites(ABC):
         return self._commit(session_id, w.deadline(deadline).done(at))
 
     def complete_turn(self, session_id: str, turn_id: str, *, from_state: State, to_state: State,
-                      at: str) -> Session:
-        return self._commit(session_id, _Builder().complete(turn_id, from_state, to_state, at).done(at))
+                      at: str, version: int | None = None) -> Session:
+        """With `version`, only on the very aggregate the completion pass was decided on: a question asked
+        meanwhile is never left live in a completed turn (it would hold the queue)."""
+        w = _Builder().complete(turn_id, from_state, to_state, at)
+        if version is not None:
+            w.require(c.version_is(version))
+        return self._commit(session_id, w.done(at))
 
     def transition(self, session_id: str, *, to: State, from_states: Iterable[State], at: str,
                    expire: Mapping[str, Sequence[str]] | None = None) -> Session:
@@ -223,8 +228,10 @@ class ConditionalWrites(ABC):
 
     def detach_rows(self, session_id: str, rows: Mapping[str, Sequence[str]], *, at: str,
                     complete_turn_id: str | None = None, from_state: State | None = None,
-                    to_state: State | None = None) -> Session:
+                    to_state: State | None = None, version: int | None = None) -> Session:
         w = _Builder()
+        if version is not None:  # as for complete_turn: the detach pass covers every live question
+            w.require(c.version_is(version))
         for bundle_id, row_ids in rows.items():
             w.require(c.bundle_active(bundle_id, row_ids))
             for q in row_ids:  # exactly these rows, still pending and not yet detached

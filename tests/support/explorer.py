@@ -459,8 +459,7 @@ def op_agent_output(w: World, deps: Deps, ctx: Ctx) -> None:
     """Agent output with no turn open (it starts one), then the agent ends that turn. The agent speaks with
     the identity of the last prompt it took: it cannot know a generation it was never given."""
     sid = ctx["main"]
-    took = [c.request for c in w.agent.prompt_calls if c.request.session_id == sid and c.outcome == "accept"]
-    identity = {"prompt_generation": took[-1].prompt_generation if took else 0, "turn_id": None}
+    identity = {**_agent_identity(w, sid), "turn_id": None}
     w.frames(sid, w.frame(sid, "message", content="working on it", **identity),
              w.frame(sid, "turn_completed", **identity), deps=deps)
 
@@ -468,8 +467,15 @@ def op_agent_output(w: World, deps: Deps, ctx: Ctx) -> None:
 def op_supersede(w: World, deps: Deps, ctx: Ctx) -> None:
     """The agent ends its turn and the user sends newer work right away: a newer turn supersedes the question."""
     sid = ctx["main"]
-    w.frames(sid, w.frame(sid, "turn_completed"), deps=deps)
+    w.frames(sid, w.frame(sid, "turn_completed", **_agent_identity(w, sid)), deps=deps)
     w.message(sid, {"client_message_id": f"newer-{w.marker()}", "content": "newer work"}, deps=deps)
+
+
+def _agent_identity(w: World, sid: str) -> dict[str, Any]:
+    """The identity of the last prompt the agent took: it cannot speak for a generation it was never given."""
+    took = [c.request for c in w.agent.prompt_calls if c.request.session_id == sid and c.outcome == "accept"]
+    return {"prompt_generation": took[-1].prompt_generation if took else 0,
+            "turn_id": took[-1].turn_id if took else None}
 
 
 def op_ready(w: World, deps: Deps, ctx: Ctx) -> None:

@@ -180,3 +180,20 @@ def test_ready__responder_rolls_back_itself__settles_the_waiting_ready_at_once(w
     assert after.deferred_ready is None and after.generation == 1
     assert after.current_turn is not None and after.current_turn.completed_at is not None
     assert [r.status for r in w.bundle(cid).rows] == ["pending", "pending"]  # the answer is retryable
+
+
+def test_turn_completed__the_agent_asks_while_its_completion_is_written__question_detached_queue_drains() -> None:
+    """Found by the explorer's second pause: a completion decided before a new question landed must not
+    complete the turn over it, leaving it live in a closed turn where it holds the queue."""
+    w = World(HookedStore())
+    s = w.session("start")
+    assert w.send(s.id, "next", "m-next").admission == "queued"
+    asked: list[str] = []
+    w.store.before["complete_turn"] = lambda: asked.append(w.ask(s.id))  # the retry detaches this one ...
+    w.store.before["detach_rows"] = lambda: asked.append(w.ask(s.id))  # ... and must see this one too
+
+    assert w.report(s.id, "turn_completed").applied == 1
+
+    after = w.get(s.id)
+    assert len(asked) == 2 and after.queue == ()  # the queued message started the next turn
+    assert all(r.agent_disconnected for cid in asked for r in w.bundle(cid).rows)
