@@ -27,7 +27,7 @@ from chalicelib.store.protocol import Store
 # Store members that never write. Anything else in the protocol is a durable write boundary.
 READ_METHODS = frozenset({
     "get_task", "list_tasks", "get_session", "list_sessions", "get_remembered", "list_history", "list_events",
-    "get_meta", "due_sessions", "quarantined_sessions", "get_archived", "list_archived", "page_tasks",
+    "get_meta", "list_meta", "due_sessions", "quarantined_sessions", "get_archived", "list_archived", "page_tasks",
     "page_sessions", "get_sessions", "page_messages", "page_turns", "get_archived_many",
 })
 

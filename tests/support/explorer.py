@@ -47,6 +47,7 @@ from chalicelib.store.expr import to_attr
 from chalicelib.store.memory import MemoryStore
 from chalicelib.store.models import HistoryRecord, TaskRecord
 from tests.support.crash import WRITE_METHODS
+from tests.support.fakes import PromptCall
 from tests.support.harness import USER, World, settle
 from tests.support.pausing import Gate, Paused, PausingAgent, PausingStore
 from tests.support.stores import dynamo_store
@@ -726,9 +727,12 @@ def case(op: Operation, index: int, other: Operation, make_world: Callable[[], W
     label = gate.passed[index] if len(gate.passed) > index else "?"
     if other_pause is None:
         interfered = _run(other, w, w.deps, ctx)
-        if then is not None and paused.resume_to_next():
-            label += f" | again at {gate.passed[then]}"
-            _run(other, w, w.deps, ctx)
+        if then is not None:
+            if paused.resume_to_next():
+                label += f" | again at {gate.passed[then]}"
+                _run(other, w, w.deps, ctx)
+            else:
+                label += " | again at (a boundary it did not reach this time)"
         errors = [(op.name, paused.finish())]
     else:
         other_gate = Gate(other_pause)
@@ -754,9 +758,32 @@ def case(op: Operation, index: int, other: Operation, make_world: Callable[[], W
 
 
 def _agent_after_end(w: World, stage: str = "after the race") -> list[str]:
-    """(8) A prompt the agent took for a session that was cancelled or ended when it arrived."""
-    return [f"{stage}: (8) the agent took a prompt for {c.request.session_id} after it ended ({c.state_seen})"
-            for c in w.agent.prompt_calls if c.outcome != "reject" and c.state_seen in _ENDED]
+    """(8) No prompt reaches the agent after its session ended: one taken after a cancel covering its
+    generation reached agentctl (the fence failed), or taken for an ended session with no cancel ever
+    covering it (nothing stops the agent). A prompt already on its way when the session ended is stopped by
+    the cancel that follows it: that is the fence's contract, not a violation."""
+    problems, prompts, cancels = [], iter(w.agent.prompt_calls), iter(w.agent.cancels)
+    seen: list[tuple[str, int]] = []  # cancels that reached agentctl so far: (session, generation)
+    taken: list[tuple[int, PromptCall]] = []
+    for kind in w.agent.calls:
+        if kind == "cancel":
+            c = next(cancels)
+            seen.append((c.session_id, c.prompt_generation))
+            continue
+        call = next(prompts)
+        if call.outcome == "reject":
+            continue
+        g, sid = call.request.prompt_generation, call.request.session_id
+        if any(s == sid and g <= cg for s, cg in seen):
+            problems.append(f"{stage}: (8) the agent took a prompt for {sid} after a cancel fenced it")
+        elif call.state_seen in _ENDED:
+            taken.append((len(seen), call))
+    for _, call in taken:
+        g, sid = call.request.prompt_generation, call.request.session_id
+        if not any(s == sid and g <= cg for s, cg in seen):
+            problems.append(f"{stage}: (8) the agent took a prompt for {sid} after it ended ({call.state_seen}) "
+                            "and no cancel stops it")
+    return problems
 
 
 _ENDED = {State.CANCELLED, State.FAILED, State.COMPLETED}

@@ -31,7 +31,7 @@ def test_resume__while_agentctl_is_called__only_the_predecessor_is_published(out
         seen["stored"] = s.current_turn.id  # type: ignore[union-attr]  # attempted: current in storage
         seen["session"] = session_view(s)["current_turn_id"]
         seen["transcript"] = w.transcript(sid)["current_turn_id"]
-        seen["turns"] = [t.id for t in history.turns(w.deps, USER, sid)]
+        seen["turns"] = [t.id for t in history.turns(w.deps, USER, sid)[0]]
         w.pump()  # the stream runs meanwhile
         return original(request)
     w.agent.prompt = while_the_agent_is_called  # type: ignore[method-assign]
