@@ -100,5 +100,9 @@ UNOBSERVABLE: dict[str, str] = {
     "finish_reservation: delivery_is": "implied by reservation_is (each alone is enough for the other's job)",
     "to_start_event: reservation_is": "implied by delivery_is, as for finish_reservation",
     "to_start_event: delivery_is": "implied by reservation_is, as for finish_reservation",
+    "start_from_queue: not_terminal": "covered twice over: the drained prompt's dispatch (set_dispatch) refuses an "
+                                      "ended session, and a cancel's fence covers every generation it knew",
+    "set_dispatch: not_terminal": "covered twice over: admission and the queue drain refuse an ended session, and "
+                                  "a cancel after admission fences the very generation the prompt carries",
     "admit_watchdog_prompt: not_terminal": "implied: an ended session's turn is closed, and the write needs it open",
 }
