@@ -134,7 +134,7 @@ def _reservation(deps: Deps, s: Session, report: Report, now: str, everything: b
         # The agent may have it: keep the successor and the terminal claim; the reservation becomes the
         # start-event outbox marker, published (turn.started, then turn.completed if it already finished)
         # and cleared once the bus accepted them.
-        s = recover(deps, s, r, delivery.delivery_id, "ambiguous")
+        s = recover(deps, s, r, "ambiguous")
         report.reservations_kept += 1
         return s
     undone = rollback(deps, s.id, r, r.bundle_id, delivery)

@@ -21,12 +21,14 @@ from ..domain.errors import (
     DispatchAmbiguous,
     DispatchFailed,
     DomainError,
+    NotFound,
     SessionUnavailable,
 )
 from ..domain.model import Bundle, Delivery, Dispatch, Prompt, Reservation, Session, StartEvent, Turn
 from ..domain.public import clarification_event_view
 from ..domain.respond import Outcome, summary_text
-from ..domain.rules import moved_on
+from ..domain.rules import bundle_is_active, moved_on
+from . import archive
 from .deps import Deps
 from .events import emit_for, turn_completed, turn_started
 from .lifecycle import settle_deferred_ready
@@ -94,7 +96,7 @@ def resume(deps: Deps, session_id: str, bundle: Bundle, responses: Mapping[str, 
         result = deps.agentctl.prompt(request)
     except AgentctlAmbiguous as exc:
         obs.count(obs.AMBIGUOUS_DISPATCHES, path="resume")
-        recover(deps, session, attempted, delivery.delivery_id, "ambiguous")
+        recover(deps, session, attempted, "ambiguous")
         raise DispatchAmbiguous("the agent may have received the answer; it will not be sent again") from exc
     if result is PromptOutcome.REJECTED:
         raise _handed_back(deps, session.id, attempted, bundle.id, delivery,
@@ -110,8 +112,8 @@ def resume(deps: Deps, session_id: str, bundle: Bundle, responses: Mapping[str, 
         raise DispatchAmbiguous("the agent accepted the answer, but its turn could not be announced yet; it will "
                                 "be, and the answer will not be sent again")
     try:
-        deps.store.finish_reservation(session.id, attempted, bundle_id=bundle.id, delivery_id=delivery.delivery_id,
-                                      result="resumed", dispatch=Dispatch.ACCEPTED, at=deps.now())
+        deps.store.finish_reservation(session.id, attempted, result="resumed", dispatch=Dispatch.ACCEPTED,
+                                      at=deps.now())
     except DomainError as exc:
         # Accepted but not acknowledged: never reopen; the reconciler replaces the reservation by the outbox.
         obs.count(obs.AMBIGUOUS_DISPATCHES, path="resume")
@@ -137,10 +139,25 @@ def _handed_back(deps: Deps, session_id: str, reservation: Reservation, bundle_i
                                          **extra)
         return DispatchFailed(message, restored=True, **extra)
     session = deps.store.get_session(session_id)
+    found = archive.find(deps, session, bundle_id) if session is not None else None
+    if found is None or found[1].delivery is None or found[1].delivery.delivery_id != delivery.delivery_id:
+        return _taken_back(found, message)
     if session is not None and session.terminal:
         return SessionUnavailable(f"the session ended ({session.state.value}) while the answer was delivered; "
                                   "it was recorded, and the agent was not resumed")
     return DispatchAmbiguous("the answer could not be handed back for a retry; it will not be sent again")
+
+
+def _taken_back(found: tuple[Session, Bundle] | None, message: str) -> DomainError:
+    """Someone else (the reconciler, past this claim's owner deadline) undid the claim first: the answer was
+    not taken, and the user is told what the question is now, never that it may have been delivered."""
+    if found is None:
+        return NotFound("the question was deleted before the answer could be delivered")
+    session, bundle = found
+    if bundle_is_active(session, bundle):
+        return DispatchFailed(message, restored=True)
+    return ClarificationInactive("the question moved on before the answer could be delivered; send it as a new "
+                                 "message", reason="session_terminal" if session.terminal else "superseded")
 
 
 @dataclass(frozen=True)
@@ -205,7 +222,7 @@ def publish_restored(deps: Deps, session: Session, bundle_id: str, rows: list[st
     return None
 
 
-def recover(deps: Deps, session: Session, reservation: Reservation, delivery_id: str, result: str) -> Session:
+def recover(deps: Deps, session: Session, reservation: Reservation, result: str) -> Session:
     """An attempted reservation whose outcome is known (ambiguous, or accepted but not acknowledged): replace
     it by the start-event outbox marker (the successor and the terminal claim stay), then publish the
     successor's turn events and clear the marker. A bus that does not accept leaves the marker for the next
@@ -214,8 +231,7 @@ def recover(deps: Deps, session: Session, reservation: Reservation, delivery_id:
                      if session.current_turn and session.current_turn.id == reservation.turn_id else deps.now())
     marker = StartEvent(successor.id, successor.seq, successor.started_at)
     try:
-        session = deps.store.to_start_event(session.id, reservation, marker, bundle_id=reservation.bundle_id,
-                                            delivery_id=delivery_id, result=result, at=deps.now())
+        session = deps.store.to_start_event(session.id, reservation, marker, result=result, at=deps.now())
     except DomainError as exc:
         log.warning("replacing reservation %s by its outbox marker failed (the reconciler will): %s",
                     reservation.turn_id, exc)

@@ -140,11 +140,6 @@ def delivery_live(bundle_id: str) -> Clause:
     return Equals(("bundles", bundle_id, "delivery", "mode"), "live")
 
 
-def delivery_is(bundle_id: str, delivery_id: str) -> Clause:
-    """Only the claim the caller handled is finalised."""
-    return Equals(("bundles", bundle_id, "delivery", "delivery_id"), delivery_id)
-
-
 def no_reservation() -> Clause:
     """One reservation at a time: a second detached resume cannot reserve over the first."""
     return Missing(("reservation",))
@@ -156,7 +151,7 @@ def reservation_is(turn_id: str) -> Clause:
 
 
 def reservation_unattempted() -> Clause:
-    """The attempted marker is written once: it is the at-most-once boundary."""
+    """A reservation never dispatched: only that one may be retired (nothing reached the agent)."""
     return Not(OneOf(("reservation", "attempted"), TRUTHY))
 
 

@@ -353,9 +353,12 @@ class ConditionalWrites(ABC):
                      at: str) -> Session:
         """A live claim nobody confirmed continues as a detached one: the same claim, its rows detached, and
         a reserved successor, in one write. It races the waiter's confirmation on the same unconfirmed claim,
-        so exactly one of them wins; it needs the claim's turn current and the session live."""
-        w = _Builder().require(c.delivery_unconfirmed(bundle_id, delivery_id), c.bundle_current(bundle_id),
-                               c.not_terminal(), c.no_reservation(), c.turn_as(reservation.predecessor))
+        so exactly one of them wins; it needs the claim's turn current (turn_as: the successor follows the
+        bundle's own turn) and the session live."""
+        if reservation.predecessor.id != reservation.bundle_turn_id:
+            raise ValueError("a fall-through resumes from the turn its question was asked in")
+        w = _Builder().require(c.delivery_unconfirmed(bundle_id, delivery_id), c.not_terminal(), c.no_reservation(),
+                               c.turn_as(reservation.predecessor))
         for q in reservation.row_ids:
             w.require(c.row_has_status(bundle_id, q, "answered")).put(_row(bundle_id, q, "agent_disconnected"), True)
         w.put(_delivery(bundle_id, "mode"), "detached").put(_delivery(bundle_id, "deadline"), reservation.deadline)
@@ -363,27 +366,32 @@ class ConditionalWrites(ABC):
         return self._commit(session_id, w.deadline(reservation.deadline).done(at))
 
     def mark_attempted(self, session_id: str, reservation: Reservation, prompt: Prompt, *, at: str) -> Session:
-        """The at-most-once boundary: from this write on the successor is the current turn."""
-        w = _Builder().require(c.reservation_is(reservation.turn_id), c.reservation_unattempted(),
-                               c.turn_is(reservation.bundle_turn_id), c.not_terminal())
+        """The at-most-once boundary: from this write on the successor is the current turn, so the question's
+        turn no longer is and a second mark is refused (turn_is)."""
+        w = _Builder().require(c.reservation_is(reservation.turn_id), c.turn_is(reservation.bundle_turn_id),
+                               c.not_terminal())
         w.put(("reservation", "attempted"), True)
         w.start(Turn(reservation.turn_id, reservation.seq, at), State.RUNNING).prompt(prompt)
         return self._commit(session_id, w.deadline(reservation.deadline).done(at))
 
-    def finish_reservation(self, session_id: str, reservation: Reservation, *, bundle_id: str, delivery_id: str,
-                           result: str, dispatch: Dispatch, at: str) -> Session:
+    def finish_reservation(self, session_id: str, reservation: Reservation, *, result: str, dispatch: Dispatch,
+                           at: str) -> Session:
         """Accepted (or ambiguous): clear the recovery metadata and retire the intent; the claim stays
-        terminal. Removing the reservation is what publishes the successor's turn.started."""
-        w = _Builder().require(c.reservation_is(reservation.turn_id), c.delivery_is(bundle_id, delivery_id))
+        terminal. Removing the reservation is what publishes the successor's turn.started. The reservation is
+        the guard: it is written with its claim and leaves only with it, so it names the claim's delivery too."""
+        bundle_id = reservation.bundle_id
+        w = _Builder().require(c.reservation_is(reservation.turn_id))
         w.drop(("reservation",)).put(_delivery(bundle_id, "confirmed_at"), at)
         w.put(_delivery(bundle_id, "result"), result).put(("prompt", "dispatch"), dispatch.value)
         return self._commit(session_id, w.done(at))
 
-    def to_start_event(self, session_id: str, reservation: Reservation, marker: StartEvent, *, bundle_id: str,
-                       delivery_id: str, result: str, at: str) -> Session:
+    def to_start_event(self, session_id: str, reservation: Reservation, marker: StartEvent, *, result: str,
+                       at: str) -> Session:
         """Recovery of an attempted reservation: replace it by the start-event outbox marker and retire the
-        intent, in one write (the claim stays terminal; the successor stays current)."""
-        w = _Builder().require(c.reservation_is(reservation.turn_id), c.delivery_is(bundle_id, delivery_id))
+        intent, in one write (the claim stays terminal; the successor stays current). Guarded by the reservation
+        alone, as finish_reservation is."""
+        bundle_id = reservation.bundle_id
+        w = _Builder().require(c.reservation_is(reservation.turn_id))
         w.drop(("reservation",)).put(("start_event",), codec.start_event_to_item(marker))
         w.put(_delivery(bundle_id, "confirmed_at"), at).put(_delivery(bundle_id, "result"), result)
         w.put(("prompt", "dispatch"), Dispatch.ATTEMPTED.value)

@@ -9,7 +9,9 @@ the harness's invariants are checked (tests/support/harness.py), plus these:
   (8) no prompt reaches the agent after its session was cancelled or ended;
   (9) the workflow guard never lets a transition pass while the rule says a question is pending (an oracle
       checks it at the very write);
-  (10) every operation's outcome is a domain answer (no crash), and the reconciler finishes.
+  (10) every operation's outcome is a domain answer (no crash), and the reconciler finishes;
+  (12) a user told their answer "may have reached the agent; it will not be sent again" never finds it
+       handed back (tests/support/harness.py).
 
 It prints how many (operation, boundary, interferer) cases it ran; a store write no operation reaches fails
 it. A sample of the cases (every operation pair at least once) also runs on the emulator store.
@@ -66,7 +68,7 @@ ALLOWED_UNREACHED: dict[str, str] = {
 class GuardOracle(MemoryStore):
     """Checks invariants at the very write: (9) a workflow step never moves while a question is active;
     (11) a response never changes a bundle the repository rule says is not active (the spec: "any response
-    to a superseded or terminal bundle ... performs no message mutation")."""
+    to a superseded or terminal bundle ... performs no message mutation"); (13) an ended session stays ended."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -80,6 +82,25 @@ class GuardOracle(MemoryStore):
             if before is not None and bundle is not None and not bundle_is_active(before, bundle):
                 self.violations.append(f"(11) a response was claimed on inactive bundle {bundle_id} "
                                        f"({clarify.derived_state(before, bundle, before.updated_at)})")
+
+    def _commit(self, session_id: str, write: Write, remember: Any = None) -> Session:
+        with self._lock:
+            before = self.sessions.get(session_id)
+            after = super()._commit(session_id, write, remember)
+            self._stays_ended(before, after)
+            return after
+
+    def _apply(self, session_id: str, write: Write) -> None:
+        with self._lock:
+            before = self.sessions.get(session_id)
+            super()._apply(session_id, write)
+            self._stays_ended(before, self.sessions.get(session_id))
+
+    def _stays_ended(self, before: Session | None, after: Session | None) -> None:
+        """(13) terminal states are final: no write brings an ended session back to life."""
+        if before is not None and before.terminal and after is not None and after.state != before.state:
+            self.violations.append(f"(13) the ended session {before.id} ({before.state.value}) became "
+                                   f"{after.state.value}")
 
     def _commit_task(self, task_id: str, write: Write, checks: Any = None) -> Task:
         with self._lock:
@@ -295,6 +316,14 @@ def s_two_detached(w: World) -> Ctx:
     return ctx
 
 
+def s_live_and_detached(w: World) -> Ctx:
+    """Two questions in one open turn: the agent waits on the first; the second's waiter let go (detached)."""
+    ctx = s_live(w)
+    ctx["other_bundle"] = w.ask(ctx["main"])
+    clarifications.detach(w.deps, agent_of(ctx["main"]), ctx["other_bundle"])
+    return ctx
+
+
 def s_open_turn_refusing(w: World) -> Ctx:
     """The waiter gave up while the agent's turn is still open; the agent will refuse the resume."""
     ctx = s_live(w)
@@ -405,6 +434,33 @@ def op_respond_other(w: World, deps: Deps, ctx: Ctx) -> None:
     if not ctx.get("other_bundle"):
         raise _Invalid("no other question open")
     w.respond_answer(w.answer(ctx["other_bundle"], allow_retired=True), deps)
+
+
+class _FirstRunsBefore:
+    """A store through which `hook` runs once, right before the first call of `method` (a compound
+    interference: something else lands inside this operation at a fixed point)."""
+
+    def __init__(self, store: Any, method: str, hook: Callable[[], Any]) -> None:
+        self._store, self._method, self._hook = store, method, hook
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name != self._method or self._hook is None:
+            return attr
+
+        def first(*args: Any, **kwargs: Any) -> Any:
+            hook, self._hook = self._hook, None
+            if hook is not None:
+                hook()
+            return attr(*args, **kwargs)
+        return first
+
+
+def op_respond_as_session_ends(w: World, deps: Deps, ctx: Ctx) -> None:
+    """Another device answers and the user cancels the session before that answer's resume: its claim is
+    retired, so the question's rows are pending again in an ended session."""
+    ending = _FirstRunsBefore(deps.store, "mark_attempted", lambda: op_cancel_session(w, deps, ctx))
+    op_respond(w, replace(deps, store=ending), ctx)
 
 
 def op_skip(w: World, deps: Deps, ctx: Ctx) -> None:
@@ -593,6 +649,9 @@ CATALOG = [
     Operation("respond detached, the agent's reply lost", s_resume_reply_lost, op_respond),
     Operation("respond detached, two questions open", s_two_detached, op_respond),
     Operation("respond to the other open question", s_two_detached, op_respond_other),
+    Operation("another device answers as the session is cancelled", s_detached, op_respond_as_session_ends),
+    Operation("respond, nobody confirms, another question detached", s_live_and_detached, op_respond),
+    Operation("respond to the detached question beside a live one", s_live_and_detached, op_respond_other),
     Operation("respond detached in an open turn, the agent refuses", s_open_turn_refusing, op_respond),
     Operation("stream catches up", s_unpumped, op_stream),
     Operation("stream moves a superseded question to history", s_superseded_unpumped, op_stream),
@@ -689,14 +748,17 @@ def _run(op: Operation, w: World, deps: Deps, ctx: Ctx) -> str:
     before = len(w.answers)
     try:
         op.run(w, deps, ctx)
-        return "ok"
+        told = "ok"
     except _Invalid:
         return "invalid"
     except REFUSALS as exc:
         del w.answers[before:]
         return type(exc).__name__
     except (DomainError, ReconcileFailed) as exc:
-        return type(exc).__name__
+        told = type(exc).__name__
+    for a in w.answers[before:]:
+        a.told = told
+    return told
 
 
 def run_case(operation: str, boundary: str, interferer: str) -> Case:

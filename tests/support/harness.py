@@ -60,7 +60,10 @@ class Answer:
     outcome: str = "answered"
     allow_retired: bool = False  # superseded by the user's own newer turn before it could be delivered
     retried: bool = False
+    told: str = ""  # what the respond that carried it answered ("ok" or the error's name), when recorded
 
+
+HANDED_BACK = {"restorable", "retired", "answered again", "deleted after it was handed back"}
 
 QUESTIONS = [
     {"question_id": "q1", "prompt": "Which database?", "options": [
@@ -288,7 +291,11 @@ class World(BaseWorld):
     def check(self, stage: str) -> list[str]:
         problems: list[str] = []
         for a in self.answers:
-            _, found = (self.bundle_fate(a) if a.bundle_id else self.message_fate(a))
+            fate, found = (self.bundle_fate(a) if a.bundle_id else self.message_fate(a))
+            if a.told == "DispatchAmbiguous" and fate in HANDED_BACK:
+                # (12) "it may have reached the agent; it will not be sent again" is never said of an answer
+                # that was handed back: that user would stop, though the question wants an answer again.
+                found = [*found, f"(12) told the answer may have reached the agent, but it ended {fate}"]
             problems += [f"{stage}: {a.marker}: {p}" for p in found]
         problems += [f"{stage}: {p}" for p in self.check_history() + self.check_projection() + self.check_events()]
         return problems

@@ -3,7 +3,7 @@ taken down. An explorer that reports no violation for a mutant could not have se
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -18,6 +18,7 @@ class Mutant:
     name: str
     writes: tuple[str, ...]  # the store writes it changes: the cases that pass through them are searched first
     apply: Callable[[], Any]  # a context manager that holds the mutation
+    cover: Mutant | None = None  # removed too: a case counts only if this removal alone shows nothing there
 
 
 @contextmanager
@@ -61,11 +62,10 @@ CLAIM_CONDITIONS: dict[str, tuple[str, ...]] = {
                      "row_has_status"),
     "restore_claim": ("delivery_unconfirmed", "not_terminal", "bundle_current", "reservation_is", "turn_is",
                       "row_has_status"),
-    "fall_through": ("delivery_unconfirmed", "bundle_current", "not_terminal", "no_reservation", "turn_as",
-                     "row_has_status"),
-    "mark_attempted": ("reservation_is", "reservation_unattempted", "turn_is", "not_terminal"),
-    "finish_reservation": ("reservation_is", "delivery_is"),
-    "to_start_event": ("reservation_is", "delivery_is"),
+    "fall_through": ("delivery_unconfirmed", "not_terminal", "no_reservation", "turn_as", "row_has_status"),
+    "mark_attempted": ("reservation_is", "turn_is", "not_terminal"),
+    "finish_reservation": ("reservation_is",),
+    "to_start_event": ("reservation_is",),
 }
 FENCES: list[Mutant] = [
     Mutant("agentctl's cancel fence", ("set_dispatch", "mark_attempted", "admit", "start_from_queue"),
@@ -74,35 +74,49 @@ FENCES: list[Mutant] = [
     clause_mutant("start_from_queue", "not_terminal"),
     clause_mutant("admit_watchdog_prompt", "not_terminal"),
 ]
-MUTANTS: list[Mutant] = [clause_mutant(w, c) for w, clauses in CLAIM_CONDITIONS.items() for c in clauses] + FENCES
 
-# Removals the explorer does not see yet, each with why. They are not hunted (each costs thousands of cases)
-# and not counted as caught: the open part of the explorer's reach.
+
+def together(mutant: Mutant, cover: Mutant) -> Mutant:
+    """A clause that another check downstream covers, removed with that check: the explorer must find a case
+    where the pair is a violation and `cover` removed alone is not (so the clause is what refused there)."""
+    @contextmanager
+    def apply() -> Iterator[None]:
+        with ExitStack() as stack:
+            stack.enter_context(mutant.apply())
+            stack.enter_context(cover.apply())
+            yield
+    return Mutant(f"{mutant.name} (+ {cover.name})", mutant.writes, apply, cover)
+
+
+# Clauses another check of the same path covers (removed alone, that check refuses instead, and the user is
+# told the same): each is removed together with what covers it.
+COVERED_BY: dict[str, tuple[Mutant, str]] = {
+    "fall_through: not_terminal": (clause_mutant("mark_attempted", "not_terminal"),
+                                   "a fall-through on an ended session reserves, then mark_attempted refuses and "
+                                   "the claim is retired: the user is told the question moved on either way"),
+    "set_dispatch: not_terminal": (FENCES[0], "a prompt admitted before the session ended carries a generation "
+                                              "the cancel fences, so agentctl refuses it"),
+}
+MUTANTS: list[Mutant] = [
+    together(m, COVERED_BY[m.name][0]) if m.name in COVERED_BY else m
+    for m in [clause_mutant(w, c) for w, clauses in CLAIM_CONDITIONS.items() for c in clauses] + FENCES]
+
+# Removals the explorer does not see, each with why: a clause another clause of the same path already
+# enforces on every reachable interleaving. They are not hunted (each costs thousands of cases) and not
+# counted as caught.
 UNOBSERVABLE: dict[str, str] = {
-    "claim: not_terminal": "implied: ending a session expires its current turn's pending rows in the same write, "
-                           "so the claim's rows-pending clause already fails",
-    "claim: no_reservation": "a second question's claim takes over the first's reservation; the first resume is "
-                             "then refused and ends retired (sendable late): nothing lost or doubled, only the "
-                             "first user told 'ambiguous', which no invariant checks yet",
     "retire_claim: moved_on": "implied by monotonicity: a turn never moves back and an ended session never lives "
                               "again, and every caller decided on a read that saw it moved on",
-    "retire_claim: reservation_is": "one reservation at a time, and a claimed bundle's rows cannot be claimed again",
+    "retire_claim: reservation_is": "implied by delivery_unconfirmed: a reservation is written with its claim and "
+                                    "leaves only with it, and no second one is written while it stands",
     "retire_claim: reservation_unattempted": "implied: mark_attempted needs the question's turn current and the "
                                              "session live, which a moved-on question never has again",
     "retire_claim: row_has_status": "implied: an unconfirmed claim's rows change only through that claim",
-    "fall_through: bundle_current": "implied by turn_as: the reservation's predecessor is the claim's own turn",
-    "fall_through: not_terminal": "covered downstream: mark_attempted refuses an ended session and the claim is "
-                                  "retired",
-    "fall_through: no_reservation": "as for claim: needs two questions claimed in one turn at once",
     "mark_attempted: reservation_is": "implied by the responder holding the only reservation the claim wrote",
-    "mark_attempted: reservation_unattempted": "a second mark by the same responder never happens in the catalog",
-    "finish_reservation: reservation_is": "implied by delivery_is: the claim and its reservation go together",
-    "finish_reservation: delivery_is": "implied by reservation_is (each alone is enough for the other's job)",
-    "to_start_event: reservation_is": "implied by delivery_is, as for finish_reservation",
-    "to_start_event: delivery_is": "implied by reservation_is, as for finish_reservation",
-    "start_from_queue: not_terminal": "covered twice over: the drained prompt's dispatch (set_dispatch) refuses an "
-                                      "ended session, and a cancel's fence covers every generation it knew",
-    "set_dispatch: not_terminal": "covered twice over: admission and the queue drain refuse an ended session, and "
-                                  "a cancel after admission fences the very generation the prompt carries",
-    "admit_watchdog_prompt: not_terminal": "implied: an ended session's turn is closed, and the write needs it open",
+    "finish_reservation: reservation_is": "its only effect on a stale acknowledgement after the reconciler already "
+                                          "recovered the reservation is to say 'resumed' over 'ambiguous'; dropping "
+                                          "a newer reservation needs three actors interleaved (beyond two "
+                                          "preemptions); the contract cases finish_reservation/gone pin it",
+    "to_start_event: reservation_is": "as for finish_reservation (contract case to_start_event/another "
+                                      "reservation pins it)",
 }

@@ -8,6 +8,8 @@ artifacts/interleavings/mutations.txt.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -53,18 +55,30 @@ def _violations(found: Case) -> list[str]:
     return [p for p in found.problems if not p.startswith("never reached boundary")]
 
 
+def _caught(mutant: Mutant, run: Callable[[], Case]) -> Case | None:
+    """The case's finding under `mutant`, unless the clause it covers for shows the same alone."""
+    with mutant.apply():
+        found = run()
+    if not _violations(found):
+        return None
+    if mutant.cover is not None:
+        with mutant.cover.apply():
+            if _violations(run()):
+                return None
+    return found
+
+
 def hunt(mutant: Mutant) -> tuple[int, Case | None]:
     single = _candidates(mutant)  # dry runs under the real code, before the mutation
     double = _landing_inside(mutant)
-    with mutant.apply():
-        for n, (op, k, other) in enumerate(single, 1):
-            found = case(op, k, other)
-            if _violations(found):
-                return n, found
-        for n, (op, k, other, j) in enumerate(double, len(single) + 1):
-            found = case(op, k, other, other_pause=j)
-            if _violations(found):
-                return n, found
+    for n, (op, k, other) in enumerate(single, 1):
+        found = _caught(mutant, partial(case, op, k, other))
+        if found is not None:
+            return n, found
+    for n, (op, k, other, j) in enumerate(double, len(single) + 1):
+        found = _caught(mutant, partial(case, op, k, other, other_pause=j))
+        if found is not None:
+            return n, found
     return len(single) + len(double), None
 
 

@@ -199,3 +199,17 @@ def test_race__session_cancelled_between_admission_and_dispatch__told_not_sent_n
     mine = [m for m in messages if m["author_type"] == "user" and "ANSWER-01" in m["content"]]
     assert len(mine) == 1 and mine[0]["not_sent"] == "session_ended"
     assert not w.agent.carrying("ANSWER-01")
+
+
+@pytest.mark.parametrize("interferer", ["reconciler scheduled", "reconciler before traffic"])
+def test_race__reconciler_hands_a_reserved_answer_back_first__told_retry_never_ambiguous(interferer: str) -> None:
+    """Was: the responder's own rollback found nothing left to undo and told `dispatch_ambiguous` ("it will
+    not be sent again") for an answer the reconciler had already handed back, pending and answerable. Now
+    it is told the truth: not delivered, retry (502 dispatch_failed, restored)."""
+    c = _clean(run_case("respond detached", "after store.claim", interferer))
+    w = c.world
+    assert w is not None
+    assert c.outcome == DispatchFailed.__name__
+    [answer] = w.answers
+    assert answer.retried  # the harness's user retried, as told: the answer reached the agent exactly once
+    assert len(w.agent.carrying("ANSWER-01")) == 1

@@ -73,8 +73,7 @@ def test_ready__reservation_rolls_back_while_it_waits__predecessor_completes_nor
 def test_ready__attempted_reservation_accepted_while_it_waits__successor_never_completed(w: World) -> None:
     s, cid = _running_with_detached_question(w)
     reservation, delivery = _reserve(w, s, cid, attempted=True)
-    w.sleeper.at(1, lambda: w.store.finish_reservation(s.id, reservation, bundle_id=cid, delivery_id="d1",
-                                                       result="resumed", dispatch=Dispatch.ACCEPTED,
+    w.sleeper.at(1, lambda: w.store.finish_reservation(s.id, reservation, result="resumed", dispatch=Dispatch.ACCEPTED,
                                                        at=w.deps.now()))
 
     result = _ready(w, s)  # the predecessor's frame: generation 1, turn T1
@@ -141,7 +140,7 @@ def test_ready__deferred_then_the_successor_is_accepted__dropped_never_completes
     reservation, _ = _reserve(w, s, cid, attempted=True)
 
     assert _ready(w, s).applied == 1  # kept on the aggregate
-    w.store.finish_reservation(s.id, reservation, bundle_id=cid, delivery_id="d1", result="resumed",
+    w.store.finish_reservation(s.id, reservation, result="resumed",
                                dispatch=Dispatch.ACCEPTED, at=w.deps.now())
     w.clock.advance(w.deps.settings.owner_window.total_seconds() + 1)
     report = reconcile(w.deps, before_traffic=False)
