@@ -118,6 +118,8 @@ function notify(text, tone = "info") {
 }
 
 const isTextField = (el) => !!el && (el.tagName === "TEXTAREA" || (el.tagName === "INPUT" && !["radio", "checkbox", "button", "submit"].includes(el.type)));
+/** Someone is typing in `el`: a text field holding text (an empty message box focused is not typing). */
+const typingIn = (el) => isTextField(el) && (el.id !== "composer-input" || el.value !== "");
 
 /** A new question: say so, and move focus to its first option unless the person is typing somewhere. */
 function onOverlayShown() {
@@ -129,7 +131,8 @@ function onOverlayShown() {
   const bundle = findEntry(cid);
   const first = bundle ? pendingQuestions(bundle)[0] : null;
   announce(`The agent asks: ${first?.prompt ?? "a question"}`);
-  if (!isTextField(document.activeElement)) overlay.querySelector("input[type=radio]")?.focus();
+  // The first option takes focus unless the person is typing (on the phone this also puts the keyboard away).
+  if (!typingIn(document.activeElement)) overlay.querySelector("input[type=radio]")?.focus();
 }
 
 // ------------------------------------------------------------------ offline snapshot (what the page opens to)
@@ -357,7 +360,7 @@ function openSheet() {
     },
   });
   state.sheet = { id, controller };
-  render(() => document.querySelector("#task-sheet .task-row, #task-sheet input")?.focus());
+  render(() => document.getElementById("task-sheet")?.focus()); // never a text field: the keyboard would cover the list
 }
 
 function unmountSheet() {
@@ -496,7 +499,16 @@ function reconnected() {
   loadTasks();
   if (state.route.taskId) refreshSessions(state.route.taskId);
   if (state.route.sessionId) loadTranscript(state.route.sessionId);
+  resendUnconfirmed();
   render();
+}
+
+/** Messages whose outcome is unknown (sent during an outage) go again with the same identity: the server
+ * admits a client_message_id once, so a resend never duplicates one that did arrive. */
+function resendUnconfirmed() {
+  for (const [sid, list] of state.echoes) {
+    for (const echo of list) if (echo.status === "unknown") sendMessage(sid, { retryId: echo.clientMessageId });
+  }
 }
 
 function retryNow() {
@@ -839,7 +851,7 @@ root.addEventListener("submit", (e) => {
 
 function shortcut(e) {
   const overlay = document.getElementById("overlay");
-  if (/^[1-9]$/.test(e.key) && overlay && !isTextField(e.target) && !e.ctrlKey && !e.metaKey && !e.altKey) {
+  if (/^[1-9]$/.test(e.key) && overlay && !typingIn(e.target) && !e.ctrlKey && !e.metaKey && !e.altKey) {
     // 1-9 pick an option of the question holding focus, else of the first question still without an answer.
     const cid = overlay.dataset.clarificationId;
     const groups = [...overlay.querySelectorAll("fieldset.question")];
@@ -857,7 +869,7 @@ function shortcut(e) {
   }
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
     const form = e.target.closest?.("form");
-    if (overlay && (overlay.contains(e.target) || !form)) overlay.requestSubmit();
+    if (overlay && (overlay.contains(e.target) || !form || !typingIn(e.target))) overlay.requestSubmit();
     else if (form) form.requestSubmit();
     return true;
   }

@@ -23,8 +23,8 @@ const STATE_TEXT = {
   active_live: "The agent is waiting for your answer.",
   active_detached: "The agent stopped waiting. Answering resumes it with your answer.",
   delivery_claimed: "Delivering your answer…",
-  answered: "Answered.",
-  rejected: "Skipped.",
+  answered: "", // the badge says it; the answers are listed under each question
+  rejected: "",
   expired: "Expired: the session ended before this was answered. The agent is not waiting for it.",
   cancelled: "Withdrawn by the agent. The agent is not waiting for it.",
   superseded: "Superseded by newer work. The agent is not waiting for it.",

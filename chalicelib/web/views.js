@@ -160,12 +160,14 @@ function renderTopbar(state) {
     h("button.link", { type: "button", "data-action": "sign-out" }, "Sign out"));
 }
 
+/** The outage, in words. In a conversation it takes the status line's place (a status read before the outage
+ * is no longer known); elsewhere it sits under the top bar. */
+const offline = () => h("div.banner.off#banner", { role: "alert" },
+  h("span", {}, "Clarify can't be reached. Retrying every second; what you type is kept."),
+  h("button.small", { type: "button", "data-action": "retry-now" }, "Retry now"));
+
 function renderBanner(state) {
-  if (!state.online) {
-    return h("div.banner.off#banner", { role: "alert" },
-      h("span", {}, "Clarify can't be reached. Retrying every second; what you type is kept."),
-      h("button", { type: "button", "data-action": "retry-now" }, "Retry now"));
-  }
+  if (!state.online) return state.route.sessionId ? h("div.banner-slot", { hidden: true }) : offline();
   if (state.snapshotAt) {
     return h("div.banner.info#banner", { role: "status" }, "Showing what you saw ", when(state.snapshotAt), " — connecting…");
   }
@@ -182,18 +184,19 @@ export function renderTaskPanel(state, where) {
     : h("p.muted", {}, !state.tasksLoaded ? "Loading tasks…" : state.filter.trim() ? "No task matches." : "No tasks yet.");
   return h(`div.task-panel#task-panel-${where}`, {},
     h("h2", { id: `tasks-heading-${where}` }, "Tasks"),
+    // At the top, like "New chat": a title, then Enter or the button.
+    h("form.new-task", { "data-action": "create-task" },
+      h("label.visually-hidden", { for: `new-task-${where}` }, "New task"),
+      h("div.row", {},
+        field(state, "input", "new-task", { id: `new-task-${where}`, name: "title", placeholder: "New task title", autocomplete: "off", type: "text" }),
+        h("button.primary", { type: "submit", disabled: state.creating }, state.creating ? "Adding…" : "New task"))),
     h("div.search", {},
       h("label.visually-hidden", { for: `task-search-${where}` }, "Search tasks"),
       h("input", { id: `task-search-${where}`, type: "search", placeholder: "Search tasks", autocomplete: "off", value: state.filter,
         "data-action": "filter", "data-field": "filter" })),
     slot(ids.length
       ? h("ul.task-list", { "aria-labelledby": `tasks-heading-${where}` }, ids.map((id) => renderTaskRow(state, state.tasks.get(id), where)))
-      : empty),
-    h("form.new-task", { "data-action": "create-task" },
-      h("label", { for: `new-task-${where}` }, "New task"),
-      h("div.row", {},
-        field(state, "input", "new-task", { id: `new-task-${where}`, name: "title", placeholder: "Task title", autocomplete: "off", type: "text" }),
-        h("button", { type: "submit", disabled: state.creating }, state.creating ? "Adding…" : "Add"))));
+      : empty));
 }
 
 function renderTaskRow(state, task, where) {
@@ -215,7 +218,7 @@ function renderTaskRow(state, task, where) {
 function renderSheet(state) {
   return h("div.sheet-layer#sheet-layer", {},
     h("div.sheet-backdrop", { "data-action": "close-sheet", "aria-hidden": "true" }),
-    h("section.sheet#task-sheet", { role: "dialog", "aria-modal": "true", "aria-labelledby": "tasks-heading-sheet",
+    h("section.sheet#task-sheet", { role: "dialog", "aria-modal": "true", "aria-labelledby": "tasks-heading-sheet", tabindex: "-1",
       "data-sheet": String(state.sheet.id) },
     h("div.sheet-handle", { "aria-hidden": "true" }),
     h("button.sheet-close.link", { type: "button", "data-action": "close-sheet" }, "Close"),
@@ -309,7 +312,7 @@ function renderSessionRoute(state) {
           "aria-current": s.id === sessionId ? "true" : false, id: `tab-${s.id}` },
         sessionLabel(s, sessions.length - i), s.pending_action ? questionIcon("Question pending in this session") : null)))
       : null),
-    slot(renderStatusLine(state, session, showOverlay ? bundle : null)),
+    slot(state.online ? renderStatusLine(state, session, showOverlay ? bundle : null) : offline()),
     slot(transcript
       ? h("ol.transcript#transcript", { "aria-label": "Conversation", "data-session": sessionId, tabindex: "0" },
         messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)))
@@ -388,8 +391,8 @@ function renderClarificationEntry(state, entry, overlayCid) {
     h("ul.clar-questions", {}, entry.questions.map((q) =>
       h("li", {}, q.title ? h("strong", {}, q.title, " ") : null, h("span", {}, q.prompt),
         q.response ? h(`div.answer${q.response.rejected ? ".rejected" : ""}`, {}, "Answer: ", responseText(q)) : null))),
-    h("p.clar-status", {}, entryStatusText(entry)),
-    slot(lostDraft ? renderLostDraft(entry, draft) : null),
+    entryStatusText(entry) ? h("p.clar-status", {}, entryStatusText(entry)) : null,
+    slot(lostDraft ? renderLostDraft(entry, draft, surface?.phase === Phase.LOST) : null),
     slot(showSurface && !(lostDraft && surface.phase === Phase.LOST) ? renderSurfaceStatus(surface, entry) : null),
     slot(lateOpen ? renderLateForm(state, entry, surface) : null),
     offersLateAnswer(entry) && !lateOpen && !lateActive
@@ -401,7 +404,7 @@ function renderClarificationEntry(state, entry, overlayCid) {
 }
 
 /** Someone else answered first: their answer is above; what this person had prepared stays readable. */
-function renderLostDraft(entry, draft) {
+function renderLostDraft(entry, draft, submitted) {
   const lines = entry.questions.map((q) => {
     const d = draft[q.question_id] ?? {};
     const labels = (d.selected ?? []).map((id) => q.options.find((o) => o.option_id === id)?.label ?? id);
@@ -409,7 +412,7 @@ function renderLostDraft(entry, draft) {
     return labels.length ? h("li", {}, `${q.title || q.prompt}: ${labels.join(", ")}`) : null;
   });
   return h("div.lost-draft", { role: "status" },
-    h("p", {}, `This question was ${entry.state === "rejected" ? "skipped" : "answered"} elsewhere before you sent yours. Your draft (not sent):`),
+    h("p", {}, `This question was ${entry.state === "rejected" ? "skipped" : "answered"} elsewhere${submitted ? " before yours arrived" : ""}. Your draft (not sent):`),
     h("ul.readonly-draft", { "aria-readonly": "true" }, lines),
     h("button.small", { type: "button", "data-action": "discard-draft", "data-clarification-id": entry.clarification_id }, "Discard draft"));
 }
