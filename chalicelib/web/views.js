@@ -9,7 +9,7 @@ import { parseMarkdown } from "./markdown.js";
 import { orderTasks } from "./merge.js";
 import { showsQuestionIcon } from "./selection.js";
 import { clarificationStateWords, replyInsteadNote, sessionStateWords, sessionStatus } from "./status.js";
-import { activeBundle, entryStatusText, offersLateAnswer, pendingQuestions, responseText, sessionLabel } from "./transcript.js";
+import { activeBundle, entryStatusText, freshMessages, offersLateAnswer, pendingQuestions, responseText, sessionLabel } from "./transcript.js";
 
 // ------------------------------------------------------------------ tiny DOM helpers
 
@@ -196,7 +196,11 @@ export function renderTaskPanel(state, where) {
         "data-action": "filter", "data-field": "filter" })),
     slot(ids.length
       ? h("ul.task-list", { "aria-labelledby": `tasks-heading-${where}` }, ids.map((id) => renderTaskRow(state, state.tasks.get(id), where)))
-      : empty));
+      : empty),
+    // More pages as the list scrolls; while searching, on request (a search reads only what it needs).
+    slot(!state.tasksCursor ? null : state.filter.trim()
+      ? h("button.link.more", { type: "button", "data-action": "more-tasks" }, "Search older tasks")
+      : h("p.more", { id: `more-tasks-${where}`, "data-more": "tasks" }, "Loading more tasks…")));
 }
 
 function renderTaskRow(state, task, where) {
@@ -300,10 +304,10 @@ function renderSessionRoute(state) {
   const sessions = state.sessions.get(taskId) ?? [];
   const session = sessions.find((s) => s.id === sessionId) ?? (state.session?.id === sessionId ? state.session : null);
   const transcript = state.transcript?.sessionId === sessionId ? state.transcript : null;
-  const bundle = transcript ? activeBundle(transcript.messages) : null;
+  const bundle = transcript ? activeBundle(transcript.messages, transcript.pending_clarifications) : null;
   const surface = bundle ? state.surfaces.get(bundle.clarification_id) : null;
   const showOverlay = bundle && (!surface || [Phase.EDITING, Phase.RESPONDING, Phase.RESPOND_FAILED, Phase.RESPOND_UNKNOWN].includes(surface.phase));
-  const messages = transcript ? withEchoes(transcript.messages, state.echoes.get(sessionId)) : [];
+  const messages = transcript ? withEchoes(freshMessages(transcript.messages, transcript.pending_clarifications), state.echoes.get(sessionId)) : [];
   return h("section.session-route#session-route", { "aria-labelledby": "task-name", "data-session-id": sessionId },
     renderTaskHead(state),
     slot(sessions.length > 1
@@ -315,6 +319,7 @@ function renderSessionRoute(state) {
     slot(state.online ? renderStatusLine(state, session, showOverlay ? bundle : null) : offline()),
     slot(transcript
       ? h("ol.transcript#transcript", { "aria-label": "Conversation", "data-session": sessionId, tabindex: "0" },
+        transcript.older_cursor ? h("li.more#older-messages", { "data-more": "older" }, "Loading earlier messages…") : null,
         messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)))
       : state.transcriptError
         ? h("div.load-error", { role: "alert" }, h("p", {}, `The conversation could not be loaded. ${state.transcriptError}`),

@@ -26,7 +26,8 @@ except ImportError:  # reported by the browser fixture
 pytestmark = pytest.mark.timeout(300)
 
 ACTIVE_IS_TEXT_FIELD = """() => { const el = document.activeElement;
-  return !!el && (el.tagName === 'TEXTAREA' || (el.tagName === 'INPUT' && !['radio', 'checkbox'].includes(el.type))); }"""
+  return !!el && (el.tagName === 'TEXTAREA' || (el.tagName === 'INPUT' && !['radio', 'checkbox'].includes(el.type)));
+}"""
 
 
 def _user_messages(flow: Flow, session: str) -> list[str]:
@@ -136,7 +137,7 @@ def test_outage__not_confirmed_message__resent_on_reconnect_once(ui: Ui, flow: F
     expect(ui.page.locator("#banner")).to_contain_text("can't be reached")
     ui.shot("not-confirmed")
     ids: list[str] = []
-    ui.page.on("request", lambda r: ids.append(r.post_data_json["client_message_id"])
+    ui.page.context.on("request", lambda r: ids.append(r.post_data_json["client_message_id"])
                if r.method == "POST" and r.url.endswith("/messages") else None)
     context.unroute("**/api/v1/**")
     expect(ui.page.locator("li.msg.echo")).to_have_count(0)  # confirmed, then replaced by the server's copy
@@ -202,11 +203,98 @@ def test_wording__answered_elsewhere_without_submit__no_false_claims(ui: Ui, flo
 
 
 def _requests(ui: Ui, pattern: str) -> list[Request]:
-    seen: list[Request] = []
-    ui.page.on("request", lambda r: seen.append(r) if re.search(pattern, r.url) else None)
+    seen: list[Request] = []  # the context's: what passes the service worker too
+    ui.page.context.on("request", lambda r: seen.append(r) if re.search(pattern, r.url) else None)
     return seen
 
 
 def _query(url: str) -> dict[str, Any]:
     from urllib.parse import parse_qs, urlparse
     return {k: v[0] for k, v in parse_qs(urlparse(url).query).items()}
+
+
+# ------------------------------------------------------------------ paging (issue 26): pages as you scroll
+@pytest.mark.parametrize("viewport", ["desktop", "phone"])
+def test_paging__120_tasks__first_page_then_more_as_the_list_scrolls(browser: Browser, web_stack: LocalStack,
+                                                                     workspace: str, pump: PumpThread,
+                                                                     viewport: str) -> None:
+    deps = bootstrap.deps()
+    for n in range(120):
+        deps.store.put_task(Task(id=deps.new_id(), workspace_id=workspace, title=f"Paged task {n:03d}",
+                                 workflow_step="todo", created_at=f"2026-01-01T00:{n // 60:02d}:{n % 60:02d}.000000Z"))
+    context = new_context(browser, viewport, service_workers="block")  # a first visit: nothing kept from before
+    try:
+        ui = Ui(context.new_page(), web_stack, viewport, f"paging-tasks-{viewport}", workspace)
+        lists = _requests(ui, r"/api/v1/tasks(\?|$)")
+        ui.goto()
+        ui.page.wait_for_function("() => window.clarify.state.tasksLoaded")
+        rows = ui.task_list().locator(".task-row")
+        expect(rows.first).to_have_text(re.compile("^Paged task 119"))  # the most recent first
+        assert lists and all(_query(r.url).get("limit") == "50" for r in lists), [r.url for r in lists]
+        assert rows.count() < 120, [r.url for r in lists]  # a page, not everything
+        for _ in range(10):  # scroll to the end of what is shown until everything is there
+            if rows.count() == 120:
+                break
+            count = rows.count()
+            rows.last.scroll_into_view_if_needed()
+            ui.until(lambda count=count: rows.count() > count, "the next page of tasks")
+        expect(rows).to_have_count(120)
+        expect(rows.last).to_have_text(re.compile("^Paged task 000"))
+        cursors = [_query(r.url).get("cursor") for r in lists]
+        assert cursors[0] is None and len(set(cursors[1:])) == len(cursors) - 1 >= 2, cursors  # each page once
+        ui.shot("all-pages")
+    finally:
+        context.close()
+
+
+def _seed_transcript(flow: Flow, workspace: str, session: str, count: int) -> None:
+    """History messages as the stream function writes them (seeded directly: the client reads them)."""
+    page = flow.user.get(f"/sessions/{session}/transcript").json()
+    task = flow.user.get(f"/sessions/{session}").json()["task_id"]
+    store = bootstrap.deps().store
+    for n in range(count):
+        store.put_message(Message(id=f"m-{n:05d}", session_id=session, workspace_id=workspace, task_id=task,
+                                  turn_id=page["current_turn_id"], turn_seq=1, author_type="agent", type="message",
+                                  content=f"Progress note {n:03d}",
+                                  created_at=f"2030-01-01T00:{n // 60:02d}:{n % 60:02d}.000000Z"))
+
+
+def test_paging__long_transcript__newest_page_older_on_scroll_pending_question_reachable(ui: Ui, flow: Flow,
+                                                                                       workspace: str) -> None:
+    task = flow.task("Long conversation")
+    session = flow.session(task, "[ask] which store?")
+    cid = flow.asked(session)[0]
+    _seed_transcript(flow, workspace, session, 150)  # the question is now far older than a page
+    reads = _requests(ui, r"/transcript")
+    ui.goto(session_route(task, session))
+    overlay = ui.overlay()
+    expect(overlay).to_have_attribute("data-clarification-id", cid)  # reachable, though on no page loaded
+    expect(ui.page.get_by_text("Progress note 149")).to_be_visible()
+    expect(ui.entry(cid)).to_have_count(0)
+    assert all(_query(r.url).get("limit") == "50" and "before" not in _query(r.url) for r in reads), reads
+    shown = ui.page.locator("#transcript > li.msg")
+    assert shown.count() <= 51, shown.count()
+    ui.shot("newest-page")
+
+    top = shown.first
+    top_text = top.inner_text()
+    ui.page.locator("#transcript").evaluate("log => { log.scrollTop = 0; }")
+    ui.until(lambda: any("before" in _query(r.url) for r in reads), "an older page read")
+    ui.until(lambda: shown.count() > 51, "older messages shown")
+    expect(ui.page.locator("#transcript li.msg", has_text=top_text.splitlines()[-1])).to_be_in_viewport()  # place kept
+    for _ in range(10):  # on to the first message, page by page
+        if ui.entry(cid).count():
+            break
+        before = shown.count()
+        ui.page.locator("#transcript").evaluate("log => { log.scrollTop = 0; }")
+        ui.until(lambda before=before: shown.count() > before or ui.entry(cid).count(), "another older page")
+    expect(ui.entry(cid)).to_have_class(re.compile(r"\bcollapsed\b"))  # in history: a pointer to the panel
+    expect(ui.page.locator("#older-messages")).to_have_count(0)  # the first message is there
+    befores = [_query(r.url).get("before") for r in reads if "before" in _query(r.url)]
+    assert len(befores) == len(set(befores)) >= 2, befores  # each older page read once
+    overlay.get_by_label("Option B").check()
+    overlay.get_by_role("button", name="Submit answers").click()
+    expect(overlay).to_have_count(0)
+    whole = f"/sessions/{session}/transcript?limit=200"
+    eventually(lambda: [m for m in flow.user.get(whole).json()["messages"]
+                        if m.get("clarification_id") == cid and m["state"] == "answered"], "the answer recorded")
