@@ -76,6 +76,7 @@ let shownOverlay = null;
 
 /** A field the person is typing in keeps its text through any re-render (same field identity). */
 function keepTyped(fromEl, toEl) {
+  if (fromEl.tagName === "DETAILS") toEl.open = fromEl.open; // a menu or note the person opened stays open
   const kind = fromEl.tagName === "INPUT" ? `INPUT:${fromEl.getAttribute("type") ?? ""}` : fromEl.tagName;
   if (TEXT_FIELD.test(kind) && fromEl.dataset.field && fromEl.dataset.field === toEl.dataset.field) toEl.value = fromEl.value;
   return true;
@@ -865,7 +866,19 @@ function pick(cid, questionId, optionId) {
   render();
 }
 
+/** A code block's text to the clipboard. */
+function copyCode(button) {
+  const text = button.parentElement.querySelector("pre")?.textContent ?? "";
+  navigator.clipboard?.writeText(text).then(() => announce("Copied."), () => notify("Could not copy: the browser did not allow it.", "error"));
+  button.textContent = "Copied";
+  setTimeout(() => { button.textContent = "Copy"; }, 1500);
+}
+
 root.addEventListener("click", (e) => {
+  // An open menu closes on any click outside it, and once one of its items was chosen.
+  for (const menu of document.querySelectorAll("details.menu[open]")) {
+    if (!menu.contains(e.target) || e.target.closest(".menu-items button")) menu.open = false;
+  }
   const el = e.target.closest("[data-action]");
   if (!el || el.tagName === "FORM" || el.tagName === "INPUT" || el.tagName === "TEXTAREA") return;
   const { action, taskId, sessionId, clarificationId: cid, where, echoId } = el.dataset;
@@ -893,6 +906,7 @@ root.addEventListener("click", (e) => {
     case "edit-echo": editEcho(sid, echoId); break;
     case "retry-now": retryNow(); break;
     case "retry-transcript": if (sid) loadTranscript(sid); break;
+    case "copy-code": copyCode(el); break;
     case "rename-task": state.renaming = state.route.taskId; state.confirm = null; render(() => document.getElementById("rename-input")?.select()); break;
     case "cancel-rename": drafts.reset(`rename:${state.route.taskId}`); state.renaming = null; render(); break;
     case "delete-task": state.confirm = { kind: "delete", id: state.route.taskId }; state.renaming = null; render(() => document.querySelector("[data-action=confirm-delete]")?.focus()); break;
@@ -977,6 +991,10 @@ document.addEventListener("keydown", (e) => {
   if (e.key === "Escape" && state.sheet) {
     state.sheet.controller.close();
     e.preventDefault();
+  } else if (e.key === "Escape" && document.querySelector("details.menu[open]")) {
+    const menu = document.querySelector("details.menu[open]");
+    menu.open = false;
+    menu.querySelector("summary").focus();
   } else if (e.key === "Escape" && (state.confirm || state.renaming)) {
     state.confirm = null;
     state.renaming = null;

@@ -83,7 +83,8 @@ function md(nodes) {
       case "text": return n.text;
       case "br": return h("br");
       case "code": return h("code", {}, n.text);
-      case "pre": return h("pre", { "data-lang": n.lang || false, tabindex: "0" }, h("code", {}, n.text));
+      case "pre": return h("div.code", {}, h("button.copy.small", { type: "button", "data-action": "copy-code", "aria-label": "Copy code" }, "Copy"),
+        h("pre", { "data-lang": n.lang || false }, h("code", {}, n.text)));
       case "a": return h("a", { href: n.href, target: "_blank", rel: "noopener noreferrer nofollow" }, md(n.children));
       case "strong": return h("strong", {}, md(n.children));
       case "em": return h("em", {}, md(n.children));
@@ -258,10 +259,12 @@ function renderTaskHeadContent(state) {
   }
   const confirming = state.confirm?.kind === "delete" && state.confirm.id === state.route.taskId;
   return h("div.task-head", {},
-    h("h1.task-name#task-name", {}, title),
-    slot(task ? h("div.head-actions", {},
-      h("button.small", { type: "button", "data-action": "rename-task", "aria-label": `Rename “${title}”` }, "Rename"),
-      h("button.small.danger-text", { type: "button", "data-action": "delete-task", "aria-label": `Delete “${title}”` }, "Delete")) : null),
+    h("h1.task-name#task-name", { title }, title),
+    slot(task ? h("details.menu#task-menu", {},
+      h("summary.menu-button", { "aria-label": "Task actions", title: "Task actions" }, "⋯"),
+      h("div.menu-items", {},
+        h("button", { type: "button", "data-action": "rename-task", "aria-label": `Rename “${title}”` }, "Rename"),
+        h("button.danger-text", { type: "button", "data-action": "delete-task", "aria-label": `Delete “${title}”` }, "Delete"))) : null),
     slot(confirming ? h("div.confirm", { role: "alertdialog", "aria-labelledby": "confirm-delete-text" },
       h("p#confirm-delete-text", {}, `Delete “${title}”? Its running sessions are stopped. This cannot be undone.`),
       h("button.danger", { type: "button", "data-action": "confirm-delete" }, "Delete task"),
@@ -308,7 +311,8 @@ function renderSessionRoute(state) {
   const surface = bundle ? state.surfaces.get(bundle.clarification_id) : null;
   const showOverlay = bundle && (!surface || [Phase.EDITING, Phase.RESPONDING, Phase.RESPOND_FAILED, Phase.RESPOND_UNKNOWN].includes(surface.phase));
   const messages = transcript ? withEchoes(freshMessages(transcript.messages, transcript.pending_clarifications), state.echoes.get(sessionId)) : [];
-  return h("section.session-route#session-route", { "aria-labelledby": "task-name", "data-session-id": sessionId },
+  return h("section.session-route#session-route", { "aria-labelledby": "task-name", "data-session-id": sessionId,
+    class: showOverlay ? "asking" : false },
     renderTaskHead(state),
     slot(sessions.length > 1
       ? h("nav.session-tabs", { "aria-label": "Sessions of this task" }, sessions.map((s, i) =>
@@ -320,7 +324,9 @@ function renderSessionRoute(state) {
     slot(transcript
       ? h("ol.transcript#transcript", { "aria-label": "Conversation", "data-session": sessionId, tabindex: "0" },
         transcript.older_cursor ? h("li.more#older-messages", { "data-more": "older" }, "Loading earlier messages…") : null,
-        messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)))
+        messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)),
+        !showOverlay && state.online && sessionStatus(session)?.tone === "working"
+          ? h("li.working#working", { "aria-hidden": "true" }, h("span.dots", {}, h("i"), h("i"), h("i")), "Working…") : null)
       : state.transcriptError
         ? h("div.load-error", { role: "alert" }, h("p", {}, `The conversation could not be loaded. ${state.transcriptError}`),
           h("button", { type: "button", "data-action": "retry-transcript" }, "Retry"))
@@ -401,9 +407,9 @@ function renderClarificationEntry(state, entry, overlayCid) {
     slot(showSurface && !(lostDraft && surface.phase === Phase.LOST) ? renderSurfaceStatus(surface, entry) : null),
     slot(lateOpen ? renderLateForm(state, entry, surface) : null),
     offersLateAnswer(entry) && !lateOpen && !lateActive
-      ? h("div.actions", {},
-        h("button.primary", { type: "button", "data-action": "open-late", "data-clarification-id": cid }, "Answer as new message"),
-        h("button", { type: "button", "data-action": "dismiss", "data-clarification-id": cid,
+      ? h("div.actions.quiet", {},
+        h("button.link", { type: "button", "data-action": "open-late", "data-clarification-id": cid }, "Answer as new message"),
+        h("button.link", { type: "button", "data-action": "dismiss", "data-clarification-id": cid,
           "aria-label": "Dismiss this question (sends nothing)" }, "Dismiss"))
       : null);
 }
@@ -489,10 +495,10 @@ function renderOverlay(state, bundle, surface) {
   const n = questions.length;
   return h("form.overlay#overlay", { "data-action": "submit-answers", "data-clarification-id": cid,
     "aria-labelledby": "overlay-title", "aria-busy": busy ? "true" : false },
-  h("h2#overlay-title", {}, n > 1 ? `The agent asks ${n} questions` : "The agent asks"),
-  h("p.overlay-note", {}, bundle.agent_disconnected
-    ? "The agent stopped waiting. Answering resumes it with your answer."
-    : "The agent is waiting for your answer.", " ", replyInsteadNote(bundle)),
+  h("div.overlay-head", {},
+    h("h2#overlay-title", {}, n > 1 ? `The agent asks ${n} questions` : "The agent asks"),
+    h("span.overlay-status", {}, bundle.agent_disconnected ? "Agent stopped waiting — answering resumes it" : "Agent is waiting")),
+  h("details.why", {}, h("summary", {}, "Reply with a message instead?"), h("p", {}, replyInsteadNote(bundle))),
   renderQuestionFields(state, cid, questions, "ov"),
   slot(surface?.error ? h("p.error", { role: "alert" }, surface.error) : null),
   skipping

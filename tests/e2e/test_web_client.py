@@ -452,6 +452,7 @@ def test_task_list__pending_first_recent_next__search_rename_delete_reach_other_
 
         ui.tap(ui.task_row(newest))
         ui.wait_route(f"#/tasks/{newest}")
+        ui.tap(ui.page.get_by_label("Task actions"))  # Rename and Delete are in the task's menu
         ui.tap(ui.page.get_by_role("button", name="Rename “Newest task”"))
         ui.page.get_by_label("Task title").fill("Renamed task")
         ui.page.get_by_label("Task title").press("Enter")
@@ -460,6 +461,7 @@ def test_task_list__pending_first_recent_next__search_rename_delete_reach_other_
 
         ui.close_task_list()
         ui.page.evaluate("route => { location.hash = route; }", f"#/tasks/{older}")
+        ui.tap(ui.page.get_by_label("Task actions"))
         ui.tap(ui.page.get_by_role("button", name="Delete “Older task”"))
         ui.shot("confirm-delete")
         ui.tap(ui.page.get_by_role("button", name="Delete task"))
