@@ -868,7 +868,7 @@ function pick(cid, questionId, optionId) {
 
 /** A code block's text to the clipboard. */
 function copyCode(button) {
-  const text = button.parentElement.querySelector("pre")?.textContent ?? "";
+  const text = button.closest(".code")?.querySelector("pre")?.textContent ?? "";
   navigator.clipboard?.writeText(text).then(() => announce("Copied."), () => notify("Could not copy: the browser did not allow it.", "error"));
   button.textContent = "Copied";
   setTimeout(() => { button.textContent = "Copy"; }, 1500);
@@ -907,6 +907,7 @@ root.addEventListener("click", (e) => {
     case "retry-now": retryNow(); break;
     case "retry-transcript": if (sid) loadTranscript(sid); break;
     case "copy-code": copyCode(el); break;
+    case "toggle-why": state.whyOpen = !state.whyOpen; render(); break;
     case "rename-task": state.renaming = state.route.taskId; state.confirm = null; render(() => document.getElementById("rename-input")?.select()); break;
     case "cancel-rename": drafts.reset(`rename:${state.route.taskId}`); state.renaming = null; render(); break;
     case "delete-task": state.confirm = { kind: "delete", id: state.route.taskId }; state.renaming = null; render(() => document.querySelector("[data-action=confirm-delete]")?.focus()); break;

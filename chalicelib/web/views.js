@@ -83,7 +83,8 @@ function md(nodes) {
       case "text": return n.text;
       case "br": return h("br");
       case "code": return h("code", {}, n.text);
-      case "pre": return h("div.code", {}, h("button.copy.small", { type: "button", "data-action": "copy-code", "aria-label": "Copy code" }, "Copy"),
+      case "pre": return h("div.code", {},
+        h("div.code-bar", {}, h("span", {}, n.lang || "code"), h("button.copy", { type: "button", "data-action": "copy-code", "aria-label": "Copy code" }, "Copy")),
         h("pre", { "data-lang": n.lang || false }, h("code", {}, n.text)));
       case "a": return h("a", { href: n.href, target: "_blank", rel: "noopener noreferrer nofollow" }, md(n.children));
       case "strong": return h("strong", {}, md(n.children));
@@ -164,7 +165,7 @@ function renderTopbar(state) {
 /** The outage, in words. In a conversation it takes the status line's place (a status read before the outage
  * is no longer known); elsewhere it sits under the top bar. */
 const offline = () => h("div.banner.off#banner", { role: "alert" },
-  h("span", {}, "Clarify can't be reached. Retrying every second; what you type is kept."),
+  h("span", {}, "Clarify can't be reached — retrying. What you type is kept."),
   h("button.small", { type: "button", "data-action": "retry-now" }, "Retry now"));
 
 function renderBanner(state) {
@@ -326,7 +327,7 @@ function renderSessionRoute(state) {
         transcript.older_cursor ? h("li.more#older-messages", { "data-more": "older" }, "Loading earlier messages…") : null,
         messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)),
         !showOverlay && state.online && sessionStatus(session)?.tone === "working"
-          ? h("li.working#working", { "aria-hidden": "true" }, h("span.dots", {}, h("i"), h("i"), h("i")), "Working…") : null)
+          ? h("li.agent-working#working", { "aria-hidden": "true" }, h("span.dots", {}, h("i"), h("i"), h("i")), "Working…") : null)
       : state.transcriptError
         ? h("div.load-error", { role: "alert" }, h("p", {}, `The conversation could not be loaded. ${state.transcriptError}`),
           h("button", { type: "button", "data-action": "retry-transcript" }, "Retry"))
@@ -498,7 +499,10 @@ function renderOverlay(state, bundle, surface) {
   h("div.overlay-head", {},
     h("h2#overlay-title", {}, n > 1 ? `The agent asks ${n} questions` : "The agent asks"),
     h("span.overlay-status", {}, bundle.agent_disconnected ? "Agent stopped waiting — answering resumes it" : "Agent is waiting")),
-  h("details.why", {}, h("summary", {}, "Reply with a message instead?"), h("p", {}, replyInsteadNote(bundle))),
+  h("div.why", {},
+    h("button.link.why-toggle", { type: "button", "data-action": "toggle-why", "aria-expanded": state.whyOpen ? "true" : "false",
+      "aria-controls": "why-text" }, "Reply with a message instead?"),
+    h("p#why-text", { hidden: !state.whyOpen }, replyInsteadNote(bundle))),
   renderQuestionFields(state, cid, questions, "ov"),
   slot(surface?.error ? h("p.error", { role: "alert" }, surface.error) : null),
   skipping

@@ -298,3 +298,86 @@ def test_paging__long_transcript__newest_page_older_on_scroll_pending_question_r
     whole = f"/sessions/{session}/transcript?limit=200"
     eventually(lambda: [m for m in flow.user.get(whole).json()["messages"]
                         if m.get("clarification_id") == cid and m["state"] == "answered"], "the answer recorded")
+
+
+# ------------------------------------------------------------------ the visual standard
+def test_look__reading_column_bubbles_code_copy_and_working_indicator(ui: Ui, flow: Flow) -> None:
+    task = flow.task("Looks")
+    session = flow.session(task, "hi")
+    flow.idle(session)
+    ui.goto(session_route(task, session))
+    line = "x = compute(" + ", ".join(f"argument_{n}" for n in range(40)) + ")"
+    ui.composer().fill(f"Try this:\n```python\n{line}\n```")
+    ui.composer().press("Enter")
+    reply = ui.page.locator("li.msg.agent", has_text="Echo: Try this")
+    expect(reply.locator("pre")).to_be_visible()
+    pre = reply.locator("pre")
+    assert pre.evaluate("el => el.scrollWidth <= el.clientWidth"), "a long code line wraps: no sideways scroll"
+    ui.page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    ui.tap(reply.get_by_role("button", name="Copy code"))
+    assert ui.page.evaluate("() => navigator.clipboard.readText()") == line
+
+    short = ui.page.locator("li.msg.agent", has_text="Echo: hi")
+    log = ui.page.locator("#transcript").bounding_box()
+    box = short.bounding_box()
+    assert log is not None and box is not None
+    column = min(760, log["width"] - 24)
+    left = log["x"] + (log["width"] - column) / 2
+    assert abs(box["x"] - left) < 16, (box, log)  # in the centred column
+    assert box["width"] < 0.6 * column, box  # a short reply is a bubble, not a full-width card
+    ui.shot("column")
+
+    flow.send(session, "[hang] keep going")
+    expect(ui.page.locator("#working")).to_be_visible()  # the agent works: said in the conversation
+    ui.page.locator("#status-line").get_by_role("button", name="Stop the agent").click()
+    ui.page.locator("#status-line").get_by_role("button", name="Stop session").click()
+    expect(ui.page.locator("#working")).to_have_count(0)
+
+
+def test_look__phone_question_panel_one_scroll_area_title_whole(browser: Browser, web_stack: LocalStack,
+                                                                 flow: Flow, workspace: str, pump: PumpThread) -> None:
+    task = flow.task("Pick the session store for the billing API")
+    session = flow.session(task, "[ask:2] two things")
+    flow.asked(session)
+    context = new_context(browser, "phone")
+    try:
+        ui = Ui(context.new_page(), web_stack, "phone", "one-scroll-phone", workspace)
+        ui.goto(session_route(task, session))
+        overlay = ui.overlay()
+        expect(overlay).to_be_visible()
+        assert overlay.evaluate("el => el.scrollHeight <= el.clientHeight + 1"), "no scroll area inside the page"
+        name = ui.page.locator("#task-name")
+        assert name.evaluate("el => el.scrollWidth <= el.clientWidth"), "the task title is not cut"
+        legend = overlay.locator("legend").first.bounding_box()
+        group = overlay.get_by_role("group").first.bounding_box()
+        assert legend is not None and group is not None and legend["y"] >= group["y"], (legend, group)  # inside
+        second = overlay.get_by_role("group").nth(1).get_by_label("Option B")
+        second.scroll_into_view_if_needed()
+        expect(second).to_be_in_viewport()
+        second.tap()
+        expect(second).to_be_checked()
+        overlay.get_by_role("group").nth(0).get_by_label("Option A").tap()
+        submit = overlay.get_by_role("button", name="Submit answers")
+        submit.scroll_into_view_if_needed()
+        expect(submit).to_be_in_viewport()
+        ui.shot("second-question")
+        submit.tap()
+        expect(overlay).to_have_count(0)
+    finally:
+        ui.shot("end")
+        context.close()
+
+
+def test_look__inactive_question_history_is_quiet(ui: Ui, flow: Flow) -> None:
+    task = flow.task("Quiet history")
+    session = flow.session(task, "[ask][wait:1] earlier question")
+    cid = flow.asked(session)[0]
+    flow.detached_and_idle(session)
+    flow.send(session, "moving on")
+    ui.goto(session_route(task, session))
+    expect(ui.entry(cid)).to_have_attribute("data-state", "superseded")
+    late = ui.entry(cid).get_by_role("button", name="Answer as new message")
+    box = late.bounding_box()
+    assert box is not None and box["height"] <= 36, box  # a link-sized control until opened
+    ui.tap(late)
+    expect(ui.entry(cid).locator("form.late-form")).to_be_visible()
