@@ -103,7 +103,9 @@ def _body(name: str, prefix: str) -> bytes:
 
 def without_comments(source: str, *, line_comments: bool = True) -> str:
     """The source as served: whole-line comments (`//` lines, `/* ... */` blocks that start a line) and blank
-    lines left out, code untouched (a comment after code stays: telling it from a string needs a parser).
+    lines left out, code untouched (a comment after code stays: telling it from a string needs a parser). The
+    client's sources never start a line of a multi-line string or template with `//` or `/*` (such a line would
+    go too); tests/unit/test_served_client.py parses every file as served.
     The files keep their comments for people; what a browser downloads does not pay for them."""
     out: list[str] = []
     in_block = False
