@@ -520,11 +520,11 @@ function loadOlder() {
       const page = await api.transcript(held.sessionId, TRANSCRIPT_PAGE, held.older_cursor);
       const now = state.transcript;
       if (now?.sessionId !== held.sessionId || now.older_cursor !== held.older_cursor) return; // started over meanwhile
-      const log = document.getElementById("transcript");
+      const log = conversationScroller();
       const fromBottom = log ? log.scrollHeight - log.scrollTop : null;
       state.transcript = { ...now, ...joinOlder(now, page) };
       afterRender.push(() => {
-        const next = document.getElementById("transcript");
+        const next = conversationScroller();
         if (next && fromBottom != null) next.scrollTop = next.scrollHeight - fromBottom;
       });
     } catch (error) {
@@ -534,6 +534,12 @@ function loadOlder() {
       render();
     }
   })();
+}
+
+/** What scrolls the conversation: the transcript, or on the phone while a question is open the whole route. */
+function conversationScroller() {
+  return ["transcript", "session-route"].map((id) => document.getElementById(id))
+    .find((el) => el && /auto|scroll/.test(getComputedStyle(el).overflowY)) ?? null;
 }
 
 function scheduleTranscriptRefresh() {

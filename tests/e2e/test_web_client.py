@@ -289,11 +289,11 @@ def test_api_unavailable__first_load_transcript_and_send__worded_errors_and_retr
             if viewport == "phone":
                 page.locator("#task-sheet").get_by_role("button", name="Close").tap()
 
-            _fail_api(page, "**/transcript", 503)
+            _fail_api(page, "**/transcript?*", 503)
             page.evaluate("route => { location.hash = route; }", session_route(task, session))
             failure = page.locator(".load-error")
             expect(failure).to_contain_text("could not be loaded")
-            page.unroute("**/transcript")
+            page.unroute("**/transcript?*")
             failure.get_by_role("button", name="Retry").click()
             expect(page.get_by_text("Echo: hello")).to_be_visible()
 

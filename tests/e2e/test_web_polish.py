@@ -278,7 +278,8 @@ def test_paging__long_transcript__newest_page_older_on_scroll_pending_question_r
 
     top = shown.first
     top_text = top.inner_text()
-    ui.page.locator("#transcript").evaluate("log => { log.scrollTop = 0; }")
+    older = ui.page.locator("#older-messages")
+    older.scroll_into_view_if_needed()  # to the top of the conversation (on the phone the whole route scrolls)
     ui.until(lambda: any("before" in _query(r.url) for r in reads), "an older page read")
     ui.until(lambda: shown.count() > 51, "older messages shown")
     expect(ui.page.locator("#transcript li.msg", has_text=top_text.splitlines()[-1])).to_be_in_viewport()  # place kept
@@ -286,7 +287,7 @@ def test_paging__long_transcript__newest_page_older_on_scroll_pending_question_r
         if ui.entry(cid).count():
             break
         before = shown.count()
-        ui.page.locator("#transcript").evaluate("log => { log.scrollTop = 0; }")
+        older.scroll_into_view_if_needed()
         ui.until(lambda before=before: shown.count() > before or ui.entry(cid).count(), "another older page")
     expect(ui.entry(cid)).to_have_class(re.compile(r"\bcollapsed\b"))  # in history: a pointer to the panel
     expect(ui.page.locator("#older-messages")).to_have_count(0)  # the first message is there
