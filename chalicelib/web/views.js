@@ -526,7 +526,7 @@ function renderLateForm(state, entry, surface) {
   const complete = answersComplete(questions, draft);
   const busy = surface ? isBusy(surface) : false;
   return h("form.late-form", { "data-action": "send-late", "data-clarification-id": cid, "aria-label": "Answer as a new message" },
-    h("p.overlay-note", {}, "The agent is not waiting for this question. Your answer goes to the session as a new message."),
+    h("p.overlay-note", {}, "Your answer goes to the session as a new message."), // the status above says the agent is not waiting
     renderQuestionFields(state, cid, questions, "late"),
     h("label", { for: `late-note-${cid}` }, "Note (optional)"),
     field(state, "input", `late-note:${cid}`, { id: `late-note-${cid}`, type: "text", autocomplete: "off" }),
