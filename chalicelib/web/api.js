@@ -54,7 +54,9 @@ export function createApi({ getToken, refresh = async () => false, fetchImpl = (
   const enc = encodeURIComponent;
   return {
     call,
-    listTasks: (signal) => read("/tasks", { signal }),
+    /** One page of the task list (pending first, then the most recently active); `cursor` from the page before. */
+    listTasks: (limit, cursor = null, signal) => read(`/tasks?limit=${limit}${cursor ? `&cursor=${enc(cursor)}` : ""}`, { signal }),
+    getTask: (taskId) => call("GET", `/tasks/${enc(taskId)}`),
     createTask: (title) => call("POST", "/tasks", { body: { title } }),
     renameTask: (taskId, title) => call("PATCH", `/tasks/${enc(taskId)}`, { body: { title } }),
     deleteTask: (taskId) => call("DELETE", `/tasks/${enc(taskId)}`),
@@ -62,7 +64,9 @@ export function createApi({ getToken, refresh = async () => false, fetchImpl = (
     listSessions: (taskId, signal) => read(`/tasks/${enc(taskId)}/sessions`, { signal }),
     createSession: (taskId, prompt) => call("POST", `/tasks/${enc(taskId)}/sessions`, { body: prompt ? { prompt } : {} }),
     getSession: (sessionId, signal) => read(`/sessions/${enc(sessionId)}`, { signal }),
-    transcript: (sessionId, signal) => read(`/sessions/${enc(sessionId)}/transcript`, { signal }),
+    /** One page of a transcript: the newest, or the one before `before` (an older_cursor). */
+    transcript: (sessionId, limit, before = null, signal) =>
+      read(`/sessions/${enc(sessionId)}/transcript?limit=${limit}${before ? `&before=${enc(before)}` : ""}`, { signal }),
     respond: (clarificationId, body, idempotencyKey) =>
       call("POST", `/clarifications/${enc(clarificationId)}/respond`, { body, headers: { "Idempotency-Key": idempotencyKey } }),
     dismiss: (clarificationId) => call("POST", `/clarifications/${enc(clarificationId)}/dismiss`, { body: {} }),

@@ -10,15 +10,17 @@ import {
 } from "./admission.js";
 import { createDrafts } from "./drafts.js";
 import { pendingEchoes } from "./echo.js";
-import { applyEvent, createEventDeduper, mergeSessionList, mergeTaskSnapshot, newlyPending } from "./merge.js";
+import { applyEvent, createEventDeduper, mergeSessionList, mergeTaskPage, mergeTaskSnapshot, newlyPending } from "./merge.js";
 import { describeFailure, retryDelay } from "./retry.js";
 import { createDesktopActivator, createTaskSessionLoader, createTaskSheetController } from "./selection.js";
-import { activeBundle, pendingQuestions } from "./transcript.js";
+import { activeBundle, joinNewest, joinOlder, pendingQuestions } from "./transcript.js";
 import { pageTitle, renderApp } from "./views.js";
 
 const PHONE_QUERY = "(max-width: 767px)";
 const EVENT_WAIT_SECONDS = 10;
 const SKIP_UNDO_MS = 5000;
+const TASK_PAGE = 50; // tasks per page of the list; more as the list scrolls
+const TRANSCRIPT_PAGE = 50; // messages per transcript page; older ones as the conversation scrolls up
 const NOTICE_MS = 6000;
 const SURFACES_KEY = "clarify.surfaces";
 const SNAPSHOT_KEY = "clarify.snapshot";
@@ -38,6 +40,7 @@ const state = {
   tasks: new Map(),
   order: [],
   tasksLoaded: false,
+  tasksCursor: null, // the next page of the task list (null: all loaded)
   tasksError: null,
   filter: "",
   deleted: new Set(),
@@ -45,7 +48,7 @@ const state = {
   route: { taskId: null, sessionId: null },
   taskNotice: null,
   session: null,
-  transcript: null, // {sessionId, current_turn_id, messages}
+  transcript: null, // {sessionId, current_turn_id, messages, older_cursor, pending_clarifications}
   transcriptError: null,
   surfaces: new Map(), // clarificationId -> admission surface
   lateOpen: new Set(),
@@ -73,6 +76,7 @@ let shownOverlay = null;
 
 /** A field the person is typing in keeps its text through any re-render (same field identity). */
 function keepTyped(fromEl, toEl) {
+  if (fromEl.tagName === "DETAILS") toEl.open = fromEl.open; // a menu or note the person opened stays open
   const kind = fromEl.tagName === "INPUT" ? `INPUT:${fromEl.getAttribute("type") ?? ""}` : fromEl.tagName;
   if (TEXT_FIELD.test(kind) && fromEl.dataset.field && fromEl.dataset.field === toEl.dataset.field) toEl.value = fromEl.value;
   return true;
@@ -93,6 +97,7 @@ function render(then) {
     // Follow new messages while the reader is at the bottom (and on opening a session); never yank them back.
     if (next && (pinned || next.dataset.session !== shown)) next.scrollTop = next.scrollHeight;
     onOverlayShown();
+    watchMore();
     const pending = afterRender;
     afterRender = [];
     for (const fn of pending) fn();
@@ -118,6 +123,8 @@ function notify(text, tone = "info") {
 }
 
 const isTextField = (el) => !!el && (el.tagName === "TEXTAREA" || (el.tagName === "INPUT" && !["radio", "checkbox", "button", "submit"].includes(el.type)));
+/** Someone is typing in `el`: a text field holding text (an empty message box focused is not typing). */
+const typingIn = (el) => isTextField(el) && (el.id !== "composer-input" || el.value !== "");
 
 /** A new question: say so, and move focus to its first option unless the person is typing somewhere. */
 function onOverlayShown() {
@@ -129,7 +136,28 @@ function onOverlayShown() {
   const bundle = findEntry(cid);
   const first = bundle ? pendingQuestions(bundle)[0] : null;
   announce(`The agent asks: ${first?.prompt ?? "a question"}`);
-  if (!isTextField(document.activeElement)) overlay.querySelector("input[type=radio]")?.focus();
+  // The first option takes focus unless the person is typing (on the phone this also puts the keyboard away).
+  if (!typingIn(document.activeElement)) overlay.querySelector("input[type=radio]")?.focus();
+}
+
+// ------------------------------------------------------------------ pages load as the lists scroll
+
+// A sentinel ([data-more]) at the end of the task list and at the top of the conversation loads the next page
+// when it comes into view. Observing again after each render asks once more whether it is in view: a page that
+// did not fill the list yet brings the next one.
+const moreObserver = "IntersectionObserver" in window ? new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    if (!entry.isIntersecting) continue;
+    if (entry.target.dataset.more === "tasks") loadMoreTasks();
+    else if (entry.target.dataset.more === "older") loadOlder();
+  }
+}) : null;
+
+function watchMore() {
+  if (!moreObserver) return;
+  moreObserver.disconnect();
+  if (tasksMore || olderLoad) return; // observed again once the page in flight arrived (its render)
+  for (const el of document.querySelectorAll("[data-more]")) moreObserver.observe(el);
 }
 
 // ------------------------------------------------------------------ offline snapshot (what the page opens to)
@@ -139,7 +167,8 @@ function saveSnapshot() {
   if (!state.token || state.snapshotAt || !state.tasksLoaded) return;
   clearTimeout(snapshotTimer);
   snapshotTimer = setTimeout(() => {
-    const transcript = state.transcript ? { ...state.transcript, messages: state.transcript.messages.slice(-200) } : null;
+    const held = state.transcript;
+    const transcript = held ? { ...held, messages: held.messages.slice(-200), older_cursor: held.messages.length > 200 ? null : held.older_cursor } : null;
     const data = { at: new Date().toISOString(), tasks: [...state.tasks.values()], sessions: [...state.sessions], transcript, session: state.session };
     try {
       localStorage.setItem(SNAPSHOT_KEY, JSON.stringify(data));
@@ -158,7 +187,7 @@ function restoreSnapshot() {
     state.sessions = new Map(data.sessions);
     state.tasksLoaded = true;
     state.snapshotAt = data.at;
-    if (data.transcript) state.transcript = data.transcript;
+    if (data.transcript) state.transcript = { ...data.transcript, stale: true }; // replaced, not joined, once read
     if (data.session) state.session = data.session;
   } catch {
     localStorage.removeItem(SNAPSHOT_KEY);
@@ -185,15 +214,18 @@ function loadTasks() {
     return tasksLoad;
   }
   const since = learnt;
+  tasksGeneration++;
   tasksLoad = (async () => {
     try {
-      const body = await api.listTasks();
+      const body = await api.listTasks(TASK_PAGE);
       const keep = new Set([...learntAt].filter(([, at]) => at > since).map(([id]) => id));
+      if (state.route.taskId) keep.add(state.route.taskId); // the open task stays, whichever page holds it
       const merged = mergeTaskSnapshot(state.tasks, body.tasks ?? [], { keep, gone: state.deleted });
       if (state.tasksLoaded) notifyQuestions(state.tasks, merged.tasks); // the first snapshot is what the user opened
       state.tasks = merged.tasks;
       state.order = merged.order;
       state.tasksLoaded = true;
+      state.tasksCursor = body.next_cursor ?? null; // the first page again: further pages as the list scrolls
       state.tasksError = null;
       state.snapshotAt = null;
       if (state.route.taskId && !state.tasks.has(state.route.taskId) && state.deleted.has(state.route.taskId)) leaveDeleted(state.route.taskId);
@@ -212,6 +244,39 @@ function loadTasks() {
     }
   })();
   return tasksLoad;
+}
+
+let tasksGeneration = 0;
+let tasksMore = null;
+
+/** The next page of the task list, once, while none is in flight and no first page is being read again. */
+function loadMoreTasks() {
+  if (tasksMore || tasksLoad || !state.tasksCursor) return;
+  const generation = tasksGeneration;
+  tasksMore = (async () => {
+    try {
+      const body = await api.listTasks(TASK_PAGE, state.tasksCursor);
+      if (generation !== tasksGeneration) return; // the list started over meanwhile
+      const merged = mergeTaskPage(state.tasks, body.tasks ?? [], { gone: state.deleted });
+      state.tasks = merged.tasks;
+      state.order = merged.order;
+      state.tasksCursor = body.next_cursor ?? null;
+    } catch (error) {
+      if (error?.name !== "AbortError") notify(`More tasks could not be loaded. ${describeFailure(error?.result)}`, "error");
+    } finally {
+      tasksMore = null;
+      render();
+    }
+  })();
+}
+
+/** A task opened by its address that no loaded page holds yet: read on its own. */
+async function learnRouteTask(taskId) {
+  const result = await api.getTask(taskId);
+  if (result.ok && !state.tasks.has(taskId) && !state.deleted.has(taskId)) {
+    learnTask(result.body);
+    render();
+  }
 }
 
 const loader = createTaskSessionLoader({
@@ -357,7 +422,7 @@ function openSheet() {
     },
   });
   state.sheet = { id, controller };
-  render(() => document.querySelector("#task-sheet .task-row, #task-sheet input")?.focus());
+  render(() => document.getElementById("task-sheet")?.focus()); // never a text field: the keyboard would cover the list
 }
 
 function unmountSheet() {
@@ -403,6 +468,7 @@ function applyRoute(route, notice = null) {
     loadTranscript(route.sessionId);
   }
   if (route.taskId) refreshSessions(route.taskId);
+  if (route.taskId && state.tasksLoaded && !state.tasks.has(route.taskId)) learnRouteTask(route.taskId);
   render(() => {
     if (route.taskId !== previous.taskId) document.querySelector(".task-row[aria-current=true]")?.scrollIntoView({ block: "nearest" });
   });
@@ -422,23 +488,58 @@ window.addEventListener("hashchange", onExternalNavigation);
 let transcriptGeneration = 0;
 let transcriptTimer = null;
 
+/** The newest page of the conversation (again), joined to the older pages held. */
 async function loadTranscript(sessionId) {
   const generation = ++transcriptGeneration;
   try {
-    const [body, session] = await Promise.all([api.transcript(sessionId), api.getSession(sessionId).catch(() => null)]);
+    const [body, session] = await Promise.all([api.transcript(sessionId, TRANSCRIPT_PAGE), api.getSession(sessionId).catch(() => null)]);
     if (generation !== transcriptGeneration || state.route.sessionId !== sessionId) return;
-    state.transcript = { sessionId, ...body };
+    const held = state.transcript?.sessionId === sessionId && !state.transcript.stale ? state.transcript : null;
+    state.transcript = { ...body, sessionId, ...joinNewest(held, body) };
     if (session) state.session = session;
     state.transcriptError = null;
-    state.echoes.set(sessionId, pendingEchoes(body.messages, state.echoes.get(sessionId)));
+    state.echoes.set(sessionId, pendingEchoes(state.transcript.messages, state.echoes.get(sessionId)));
     persistEchoes();
-    if (state.skipping && !activeBundle(body.messages)) state.skipping = null;
+    if (state.skipping && !activeBundle(body.messages, body.pending_clarifications)) state.skipping = null;
     render();
   } catch (error) {
     if (generation !== transcriptGeneration) return;
     state.transcriptError = error?.result?.status === 404 ? "This session does not exist." : describeFailure(error?.result);
     render();
   }
+}
+
+let olderLoad = null;
+
+/** The page before the oldest message held, put above it; the reader's place in the conversation stays. */
+function loadOlder() {
+  const held = state.transcript;
+  if (olderLoad || !held?.older_cursor || held.sessionId !== state.route.sessionId) return;
+  olderLoad = (async () => {
+    try {
+      const page = await api.transcript(held.sessionId, TRANSCRIPT_PAGE, held.older_cursor);
+      const now = state.transcript;
+      if (now?.sessionId !== held.sessionId || now.older_cursor !== held.older_cursor) return; // started over meanwhile
+      const log = conversationScroller();
+      const fromBottom = log ? log.scrollHeight - log.scrollTop : null;
+      state.transcript = { ...now, ...joinOlder(now, page) };
+      afterRender.push(() => {
+        const next = conversationScroller();
+        if (next && fromBottom != null) next.scrollTop = next.scrollHeight - fromBottom;
+      });
+    } catch (error) {
+      if (error?.name !== "AbortError") notify(`Earlier messages could not be loaded. ${describeFailure(error?.result)}`, "error");
+    } finally {
+      olderLoad = null;
+      render();
+    }
+  })();
+}
+
+/** What scrolls the conversation: the transcript, or on the phone while a question is open the whole route. */
+function conversationScroller() {
+  return ["transcript", "session-route"].map((id) => document.getElementById(id))
+    .find((el) => el && /auto|scroll/.test(getComputedStyle(el).overflowY)) ?? null;
 }
 
 function scheduleTranscriptRefresh() {
@@ -496,7 +597,16 @@ function reconnected() {
   loadTasks();
   if (state.route.taskId) refreshSessions(state.route.taskId);
   if (state.route.sessionId) loadTranscript(state.route.sessionId);
+  resendUnconfirmed();
   render();
+}
+
+/** Messages whose outcome is unknown (sent during an outage) go again with the same identity: the server
+ * admits a client_message_id once, so a resend never duplicates one that did arrive. */
+function resendUnconfirmed() {
+  for (const [sid, list] of state.echoes) {
+    for (const echo of list) if (echo.status === "unknown") sendMessage(sid, { retryId: echo.clientMessageId });
+  }
 }
 
 function retryNow() {
@@ -575,7 +685,8 @@ function setSurface(surface) {
 }
 
 function findEntry(cid) {
-  return state.transcript?.messages.find((m) => m.clarification_id === cid) ?? null;
+  const t = state.transcript;
+  return t?.pending_clarifications?.find((m) => m.clarification_id === cid) ?? t?.messages.find((m) => m.clarification_id === cid) ?? null;
 }
 
 async function submitAnswers(cid) {
@@ -761,7 +872,19 @@ function pick(cid, questionId, optionId) {
   render();
 }
 
+/** A code block's text to the clipboard. */
+function copyCode(button) {
+  const text = button.closest(".code")?.querySelector("pre")?.textContent ?? "";
+  navigator.clipboard?.writeText(text).then(() => announce("Copied."), () => notify("Could not copy: the browser did not allow it.", "error"));
+  button.textContent = "Copied";
+  setTimeout(() => { button.textContent = "Copy"; }, 1500);
+}
+
 root.addEventListener("click", (e) => {
+  // An open menu closes on any click outside it, and once one of its items was chosen.
+  for (const menu of document.querySelectorAll("details.menu[open]")) {
+    if (!menu.contains(e.target) || e.target.closest(".menu-items button")) menu.open = false;
+  }
   const el = e.target.closest("[data-action]");
   if (!el || el.tagName === "FORM" || el.tagName === "INPUT" || el.tagName === "TEXTAREA") return;
   const { action, taskId, sessionId, clarificationId: cid, where, echoId } = el.dataset;
@@ -775,6 +898,7 @@ root.addEventListener("click", (e) => {
     case "activate-task": activate(taskId, where); break;
     case "open-session": go({ taskId, sessionId }); break;
     case "open-sheet": openSheet(); break;
+    case "more-tasks": loadMoreTasks(); break;
     case "close-sheet": state.sheet?.controller.close(); break;
     case "skip": startSkip(cid); break;
     case "undo-skip": undoSkip(); break;
@@ -788,6 +912,8 @@ root.addEventListener("click", (e) => {
     case "edit-echo": editEcho(sid, echoId); break;
     case "retry-now": retryNow(); break;
     case "retry-transcript": if (sid) loadTranscript(sid); break;
+    case "copy-code": copyCode(el); break;
+    case "toggle-why": state.whyOpen = !state.whyOpen; render(); break;
     case "rename-task": state.renaming = state.route.taskId; state.confirm = null; render(() => document.getElementById("rename-input")?.select()); break;
     case "cancel-rename": drafts.reset(`rename:${state.route.taskId}`); state.renaming = null; render(); break;
     case "delete-task": state.confirm = { kind: "delete", id: state.route.taskId }; state.renaming = null; render(() => document.querySelector("[data-action=confirm-delete]")?.focus()); break;
@@ -839,7 +965,7 @@ root.addEventListener("submit", (e) => {
 
 function shortcut(e) {
   const overlay = document.getElementById("overlay");
-  if (/^[1-9]$/.test(e.key) && overlay && !isTextField(e.target) && !e.ctrlKey && !e.metaKey && !e.altKey) {
+  if (/^[1-9]$/.test(e.key) && overlay && !typingIn(e.target) && !e.ctrlKey && !e.metaKey && !e.altKey) {
     // 1-9 pick an option of the question holding focus, else of the first question still without an answer.
     const cid = overlay.dataset.clarificationId;
     const groups = [...overlay.querySelectorAll("fieldset.question")];
@@ -857,7 +983,7 @@ function shortcut(e) {
   }
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
     const form = e.target.closest?.("form");
-    if (overlay && (overlay.contains(e.target) || !form)) overlay.requestSubmit();
+    if (overlay && (overlay.contains(e.target) || !form || !typingIn(e.target))) overlay.requestSubmit();
     else if (form) form.requestSubmit();
     return true;
   }
@@ -872,6 +998,10 @@ document.addEventListener("keydown", (e) => {
   if (e.key === "Escape" && state.sheet) {
     state.sheet.controller.close();
     e.preventDefault();
+  } else if (e.key === "Escape" && document.querySelector("details.menu[open]")) {
+    const menu = document.querySelector("details.menu[open]");
+    menu.open = false;
+    menu.querySelector("summary").focus();
   } else if (e.key === "Escape" && (state.confirm || state.renaming)) {
     state.confirm = null;
     state.renaming = null;

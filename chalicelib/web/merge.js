@@ -61,17 +61,23 @@ export function mergeTaskSummary(task, summary) {
  */
 export function mergeTaskSnapshot(tasks, snapshot, { keep = new Set(), gone = new Set() } = {}) {
   const next = new Map();
-  for (const incoming of snapshot) {
-    if (gone.has(incoming.id)) continue;
-    const held = tasks.get(incoming.id);
-    const task = held
-      ? { ...held, ...incoming, status_summary: mergeSummary(held.status_summary, incoming.status_summary),
-        last_activity_at: latest(held.last_activity_at, incoming.last_activity_at) }
-      : { ...incoming };
-    next.set(task.id, task);
-  }
+  for (const incoming of snapshot) if (!gone.has(incoming.id)) next.set(incoming.id, mergeTask(tasks.get(incoming.id), incoming));
   for (const id of keep) if (!next.has(id) && tasks.has(id) && !gone.has(id)) next.set(id, tasks.get(id));
   return { tasks: next, order: [...next.keys()] };
+}
+
+/** A further page of the task list added to the tasks held (nothing held is dropped). */
+export function mergeTaskPage(tasks, page, { gone = new Set() } = {}) {
+  const next = new Map(tasks);
+  for (const incoming of page) if (!gone.has(incoming.id)) next.set(incoming.id, mergeTask(tasks.get(incoming.id), incoming));
+  return { tasks: next, order: [...next.keys()] };
+}
+
+function mergeTask(held, incoming) {
+  return held
+    ? { ...held, ...incoming, status_summary: mergeSummary(held.status_summary, incoming.status_summary),
+      last_activity_at: latest(held.last_activity_at, incoming.last_activity_at) }
+    : { ...incoming };
 }
 
 const latest = (a, b) => (!a ? b ?? null : !b ? a : a > b ? a : b);

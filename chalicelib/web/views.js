@@ -9,7 +9,7 @@ import { parseMarkdown } from "./markdown.js";
 import { orderTasks } from "./merge.js";
 import { showsQuestionIcon } from "./selection.js";
 import { clarificationStateWords, replyInsteadNote, sessionStateWords, sessionStatus } from "./status.js";
-import { activeBundle, entryStatusText, offersLateAnswer, pendingQuestions, responseText, sessionLabel } from "./transcript.js";
+import { activeBundle, entryStatusText, freshMessages, offersLateAnswer, pendingQuestions, responseText, sessionLabel } from "./transcript.js";
 
 // ------------------------------------------------------------------ tiny DOM helpers
 
@@ -83,7 +83,9 @@ function md(nodes) {
       case "text": return n.text;
       case "br": return h("br");
       case "code": return h("code", {}, n.text);
-      case "pre": return h("pre", { "data-lang": n.lang || false, tabindex: "0" }, h("code", {}, n.text));
+      case "pre": return h("div.code", {},
+        h("div.code-bar", {}, h("span", {}, n.lang || "code"), h("button.copy", { type: "button", "data-action": "copy-code", "aria-label": "Copy code" }, "Copy")),
+        h("pre", { "data-lang": n.lang || false }, h("code", {}, n.text)));
       case "a": return h("a", { href: n.href, target: "_blank", rel: "noopener noreferrer nofollow" }, md(n.children));
       case "strong": return h("strong", {}, md(n.children));
       case "em": return h("em", {}, md(n.children));
@@ -160,12 +162,14 @@ function renderTopbar(state) {
     h("button.link", { type: "button", "data-action": "sign-out" }, "Sign out"));
 }
 
+/** The outage, in words. In a conversation it takes the status line's place (a status read before the outage
+ * is no longer known); elsewhere it sits under the top bar. */
+const offline = () => h("div.banner.off#banner", { role: "alert" },
+  h("span", {}, "Clarify can't be reached — retrying. What you type is kept."),
+  h("button.small", { type: "button", "data-action": "retry-now" }, "Retry now"));
+
 function renderBanner(state) {
-  if (!state.online) {
-    return h("div.banner.off#banner", { role: "alert" },
-      h("span", {}, "Clarify can't be reached. Retrying every second; what you type is kept."),
-      h("button", { type: "button", "data-action": "retry-now" }, "Retry now"));
-  }
+  if (!state.online) return state.route.sessionId ? h("div.banner-slot", { hidden: true }) : offline();
   if (state.snapshotAt) {
     return h("div.banner.info#banner", { role: "status" }, "Showing what you saw ", when(state.snapshotAt), " — connecting…");
   }
@@ -182,6 +186,12 @@ export function renderTaskPanel(state, where) {
     : h("p.muted", {}, !state.tasksLoaded ? "Loading tasks…" : state.filter.trim() ? "No task matches." : "No tasks yet.");
   return h(`div.task-panel#task-panel-${where}`, {},
     h("h2", { id: `tasks-heading-${where}` }, "Tasks"),
+    // At the top, like "New chat": a title, then Enter or the button.
+    h("form.new-task", { "data-action": "create-task" },
+      h("label.visually-hidden", { for: `new-task-${where}` }, "New task"),
+      h("div.row", {},
+        field(state, "input", "new-task", { id: `new-task-${where}`, name: "title", placeholder: "New task title", autocomplete: "off", type: "text" }),
+        h("button.primary", { type: "submit", disabled: state.creating }, state.creating ? "Adding…" : "New task"))),
     h("div.search", {},
       h("label.visually-hidden", { for: `task-search-${where}` }, "Search tasks"),
       h("input", { id: `task-search-${where}`, type: "search", placeholder: "Search tasks", autocomplete: "off", value: state.filter,
@@ -189,11 +199,10 @@ export function renderTaskPanel(state, where) {
     slot(ids.length
       ? h("ul.task-list", { "aria-labelledby": `tasks-heading-${where}` }, ids.map((id) => renderTaskRow(state, state.tasks.get(id), where)))
       : empty),
-    h("form.new-task", { "data-action": "create-task" },
-      h("label", { for: `new-task-${where}` }, "New task"),
-      h("div.row", {},
-        field(state, "input", "new-task", { id: `new-task-${where}`, name: "title", placeholder: "Task title", autocomplete: "off", type: "text" }),
-        h("button", { type: "submit", disabled: state.creating }, state.creating ? "Adding…" : "Add"))));
+    // More pages as the list scrolls; while searching, on request (a search reads only what it needs).
+    slot(!state.tasksCursor ? null : state.filter.trim()
+      ? h("button.link.more", { type: "button", "data-action": "more-tasks" }, "Search older tasks")
+      : h("p.more", { id: `more-tasks-${where}`, "data-more": "tasks" }, "Loading more tasks…")));
 }
 
 function renderTaskRow(state, task, where) {
@@ -215,7 +224,7 @@ function renderTaskRow(state, task, where) {
 function renderSheet(state) {
   return h("div.sheet-layer#sheet-layer", {},
     h("div.sheet-backdrop", { "data-action": "close-sheet", "aria-hidden": "true" }),
-    h("section.sheet#task-sheet", { role: "dialog", "aria-modal": "true", "aria-labelledby": "tasks-heading-sheet",
+    h("section.sheet#task-sheet", { role: "dialog", "aria-modal": "true", "aria-labelledby": "tasks-heading-sheet", tabindex: "-1",
       "data-sheet": String(state.sheet.id) },
     h("div.sheet-handle", { "aria-hidden": "true" }),
     h("button.sheet-close.link", { type: "button", "data-action": "close-sheet" }, "Close"),
@@ -251,10 +260,12 @@ function renderTaskHeadContent(state) {
   }
   const confirming = state.confirm?.kind === "delete" && state.confirm.id === state.route.taskId;
   return h("div.task-head", {},
-    h("h1.task-name#task-name", {}, title),
-    slot(task ? h("div.head-actions", {},
-      h("button.small", { type: "button", "data-action": "rename-task", "aria-label": `Rename “${title}”` }, "Rename"),
-      h("button.small.danger-text", { type: "button", "data-action": "delete-task", "aria-label": `Delete “${title}”` }, "Delete")) : null),
+    h("h1.task-name#task-name", { title }, title),
+    slot(task ? h("details.menu#task-menu", {},
+      h("summary.menu-button", { "aria-label": "Task actions", title: "Task actions" }, "⋯"),
+      h("div.menu-items", {},
+        h("button", { type: "button", "data-action": "rename-task", "aria-label": `Rename “${title}”` }, "Rename"),
+        h("button.danger-text", { type: "button", "data-action": "delete-task", "aria-label": `Delete “${title}”` }, "Delete"))) : null),
     slot(confirming ? h("div.confirm", { role: "alertdialog", "aria-labelledby": "confirm-delete-text" },
       h("p#confirm-delete-text", {}, `Delete “${title}”? Its running sessions are stopped. This cannot be undone.`),
       h("button.danger", { type: "button", "data-action": "confirm-delete" }, "Delete task"),
@@ -297,11 +308,12 @@ function renderSessionRoute(state) {
   const sessions = state.sessions.get(taskId) ?? [];
   const session = sessions.find((s) => s.id === sessionId) ?? (state.session?.id === sessionId ? state.session : null);
   const transcript = state.transcript?.sessionId === sessionId ? state.transcript : null;
-  const bundle = transcript ? activeBundle(transcript.messages) : null;
+  const bundle = transcript ? activeBundle(transcript.messages, transcript.pending_clarifications) : null;
   const surface = bundle ? state.surfaces.get(bundle.clarification_id) : null;
   const showOverlay = bundle && (!surface || [Phase.EDITING, Phase.RESPONDING, Phase.RESPOND_FAILED, Phase.RESPOND_UNKNOWN].includes(surface.phase));
-  const messages = transcript ? withEchoes(transcript.messages, state.echoes.get(sessionId)) : [];
-  return h("section.session-route#session-route", { "aria-labelledby": "task-name", "data-session-id": sessionId },
+  const messages = transcript ? withEchoes(freshMessages(transcript.messages, transcript.pending_clarifications), state.echoes.get(sessionId)) : [];
+  return h("section.session-route#session-route", { "aria-labelledby": "task-name", "data-session-id": sessionId,
+    class: showOverlay ? "asking" : false },
     renderTaskHead(state),
     slot(sessions.length > 1
       ? h("nav.session-tabs", { "aria-label": "Sessions of this task" }, sessions.map((s, i) =>
@@ -309,10 +321,13 @@ function renderSessionRoute(state) {
           "aria-current": s.id === sessionId ? "true" : false, id: `tab-${s.id}` },
         sessionLabel(s, sessions.length - i), s.pending_action ? questionIcon("Question pending in this session") : null)))
       : null),
-    slot(renderStatusLine(state, session, showOverlay ? bundle : null)),
+    slot(state.online ? renderStatusLine(state, session, showOverlay ? bundle : null) : offline()),
     slot(transcript
       ? h("ol.transcript#transcript", { "aria-label": "Conversation", "data-session": sessionId, tabindex: "0" },
-        messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)))
+        transcript.older_cursor ? h("li.more#older-messages", { "data-more": "older" }, "Loading earlier messages…") : null,
+        messages.map((m) => renderMessage(state, m, showOverlay ? bundle.clarification_id : null)),
+        !showOverlay && state.online && sessionStatus(session)?.tone === "working"
+          ? h("li.agent-working#working", { "aria-hidden": "true" }, h("span.dots", {}, h("i"), h("i"), h("i")), "Working…") : null)
       : state.transcriptError
         ? h("div.load-error", { role: "alert" }, h("p", {}, `The conversation could not be loaded. ${state.transcriptError}`),
           h("button", { type: "button", "data-action": "retry-transcript" }, "Retry"))
@@ -388,20 +403,20 @@ function renderClarificationEntry(state, entry, overlayCid) {
     h("ul.clar-questions", {}, entry.questions.map((q) =>
       h("li", {}, q.title ? h("strong", {}, q.title, " ") : null, h("span", {}, q.prompt),
         q.response ? h(`div.answer${q.response.rejected ? ".rejected" : ""}`, {}, "Answer: ", responseText(q)) : null))),
-    h("p.clar-status", {}, entryStatusText(entry)),
-    slot(lostDraft ? renderLostDraft(entry, draft) : null),
+    entryStatusText(entry) ? h("p.clar-status", {}, entryStatusText(entry)) : null,
+    slot(lostDraft ? renderLostDraft(entry, draft, surface?.phase === Phase.LOST) : null),
     slot(showSurface && !(lostDraft && surface.phase === Phase.LOST) ? renderSurfaceStatus(surface, entry) : null),
     slot(lateOpen ? renderLateForm(state, entry, surface) : null),
     offersLateAnswer(entry) && !lateOpen && !lateActive
-      ? h("div.actions", {},
-        h("button.primary", { type: "button", "data-action": "open-late", "data-clarification-id": cid }, "Answer as new message"),
-        h("button", { type: "button", "data-action": "dismiss", "data-clarification-id": cid,
+      ? h("div.actions.quiet", {},
+        h("button.link", { type: "button", "data-action": "open-late", "data-clarification-id": cid }, "Answer as new message"),
+        h("button.link", { type: "button", "data-action": "dismiss", "data-clarification-id": cid,
           "aria-label": "Dismiss this question (sends nothing)" }, "Dismiss"))
       : null);
 }
 
 /** Someone else answered first: their answer is above; what this person had prepared stays readable. */
-function renderLostDraft(entry, draft) {
+function renderLostDraft(entry, draft, submitted) {
   const lines = entry.questions.map((q) => {
     const d = draft[q.question_id] ?? {};
     const labels = (d.selected ?? []).map((id) => q.options.find((o) => o.option_id === id)?.label ?? id);
@@ -409,7 +424,7 @@ function renderLostDraft(entry, draft) {
     return labels.length ? h("li", {}, `${q.title || q.prompt}: ${labels.join(", ")}`) : null;
   });
   return h("div.lost-draft", { role: "status" },
-    h("p", {}, `This question was ${entry.state === "rejected" ? "skipped" : "answered"} elsewhere before you sent yours. Your draft (not sent):`),
+    h("p", {}, `This question was ${entry.state === "rejected" ? "skipped" : "answered"} elsewhere${submitted ? " before yours arrived" : ""}. Your draft (not sent):`),
     h("ul.readonly-draft", { "aria-readonly": "true" }, lines),
     h("button.small", { type: "button", "data-action": "discard-draft", "data-clarification-id": entry.clarification_id }, "Discard draft"));
 }
@@ -481,10 +496,13 @@ function renderOverlay(state, bundle, surface) {
   const n = questions.length;
   return h("form.overlay#overlay", { "data-action": "submit-answers", "data-clarification-id": cid,
     "aria-labelledby": "overlay-title", "aria-busy": busy ? "true" : false },
-  h("h2#overlay-title", {}, n > 1 ? `The agent asks ${n} questions` : "The agent asks"),
-  h("p.overlay-note", {}, bundle.agent_disconnected
-    ? "The agent stopped waiting. Answering resumes it with your answer."
-    : "The agent is waiting for your answer.", " ", replyInsteadNote(bundle)),
+  h("div.overlay-head", {},
+    h("h2#overlay-title", {}, n > 1 ? `The agent asks ${n} questions` : "The agent asks"),
+    h("span.overlay-status", {}, bundle.agent_disconnected ? "Agent stopped waiting — answering resumes it" : "Agent is waiting")),
+  h("div.why", {},
+    h("button.link.why-toggle", { type: "button", "data-action": "toggle-why", "aria-expanded": state.whyOpen ? "true" : "false",
+      "aria-controls": "why-text" }, "Reply with a message instead?"),
+    h("p#why-text", { hidden: !state.whyOpen }, replyInsteadNote(bundle))),
   renderQuestionFields(state, cid, questions, "ov"),
   slot(surface?.error ? h("p.error", { role: "alert" }, surface.error) : null),
   skipping
@@ -508,7 +526,7 @@ function renderLateForm(state, entry, surface) {
   const complete = answersComplete(questions, draft);
   const busy = surface ? isBusy(surface) : false;
   return h("form.late-form", { "data-action": "send-late", "data-clarification-id": cid, "aria-label": "Answer as a new message" },
-    h("p.overlay-note", {}, "The agent is not waiting for this question. Your answer goes to the session as a new message."),
+    h("p.overlay-note", {}, "Your answer goes to the session as a new message."), // the status above says the agent is not waiting
     renderQuestionFields(state, cid, questions, "late"),
     h("label", { for: `late-note-${cid}` }, "Note (optional)"),
     field(state, "input", `late-note:${cid}`, { id: `late-note-${cid}`, type: "text", autocomplete: "off" }),

@@ -289,11 +289,11 @@ def test_api_unavailable__first_load_transcript_and_send__worded_errors_and_retr
             if viewport == "phone":
                 page.locator("#task-sheet").get_by_role("button", name="Close").tap()
 
-            _fail_api(page, "**/transcript", 503)
+            _fail_api(page, "**/transcript?*", 503)
             page.evaluate("route => { location.hash = route; }", session_route(task, session))
             failure = page.locator(".load-error")
             expect(failure).to_contain_text("could not be loaded")
-            page.unroute("**/transcript")
+            page.unroute("**/transcript?*")
             failure.get_by_role("button", name="Retry").click()
             expect(page.get_by_text("Echo: hello")).to_be_visible()
 
@@ -338,7 +338,7 @@ def test_first_load__one_snapshot_then_the_feed_from_now(browser: Browser, web_s
             if viewport == "phone":
                 page.locator("#open-sheet").tap()
             expect(page.locator(".task-row")).to_have_count(12)
-            lists = [r for r in requests if re.search(r"/api/v1/tasks$", r.url)]
+            lists = [r for r in requests if re.search(r"/api/v1/tasks(\?|$)", r.url)]
             feeds = [r.url for r in requests if "/api/v1/events" in r.url]
             assert len(lists) == 1, [r.url for r in lists]
             assert feeds[0].endswith("/events?after=now&wait=0"), feeds
@@ -452,6 +452,7 @@ def test_task_list__pending_first_recent_next__search_rename_delete_reach_other_
 
         ui.tap(ui.task_row(newest))
         ui.wait_route(f"#/tasks/{newest}")
+        ui.tap(ui.page.get_by_label("Task actions"))  # Rename and Delete are in the task's menu
         ui.tap(ui.page.get_by_role("button", name="Rename “Newest task”"))
         ui.page.get_by_label("Task title").fill("Renamed task")
         ui.page.get_by_label("Task title").press("Enter")
@@ -460,6 +461,7 @@ def test_task_list__pending_first_recent_next__search_rename_delete_reach_other_
 
         ui.close_task_list()
         ui.page.evaluate("route => { location.hash = route; }", f"#/tasks/{older}")
+        ui.tap(ui.page.get_by_label("Task actions"))
         ui.tap(ui.page.get_by_role("button", name="Delete “Older task”"))
         ui.shot("confirm-delete")
         ui.tap(ui.page.get_by_role("button", name="Delete task"))

@@ -49,3 +49,8 @@ test("answers show their option labels and custom text", () => {
   assert.equal(responseText(q), "Beta, “why not”");
   assert.equal(responseText({ ...q, response: { rejected: true } }), "Skipped");
 });
+
+test("an answered or skipped question says nothing its badge already says", () => {
+  assert.equal(entryStatusText(entry("c", { state: "answered", answerable: false })), "");
+  assert.equal(entryStatusText(entry("c", { state: "rejected", answerable: false })), "");
+});
