@@ -320,7 +320,9 @@ class ConditionalWrites(ABC):
         nothing was dispatched) the reservation too."""
         w = _Builder().require(c.delivery_unconfirmed(bundle_id, delivery_id), c.moved_on(bundle_id))
         if reservation is not None:
-            w.require(c.reservation_is(reservation.turn_id), c.reservation_unattempted()).drop(("reservation",))
+            # The claim's own reservation (delivery_unconfirmed: it is written with its claim and leaves only
+            # with it), if never attempted: nothing was dispatched.
+            w.require(c.reservation_unattempted()).drop(("reservation",))
         for q in row_ids:
             w.require(c.row_has_status(bundle_id, q, outcome))
             w.put(_row(bundle_id, q, "status"), "pending").drop(_row(bundle_id, q, "response"))

@@ -58,8 +58,7 @@ def clause_mutant(write: str, clause: str) -> Mutant:
 CLAIM_CONDITIONS: dict[str, tuple[str, ...]] = {
     "claim": ("bundle_claimable", "bundle_current", "not_terminal", "row_pending", "no_reservation", "turn_as"),
     "confirm_delivery": ("delivery_unconfirmed", "delivery_live"),
-    "retire_claim": ("delivery_unconfirmed", "moved_on", "reservation_is", "reservation_unattempted",
-                     "row_has_status"),
+    "retire_claim": ("delivery_unconfirmed", "moved_on", "reservation_unattempted", "row_has_status"),
     "restore_claim": ("delivery_unconfirmed", "not_terminal", "bundle_current", "reservation_is", "turn_is",
                       "row_has_status"),
     "fall_through": ("delivery_unconfirmed", "not_terminal", "no_reservation", "turn_as", "row_has_status"),
@@ -107,12 +106,13 @@ MUTANTS: list[Mutant] = [
 UNOBSERVABLE: dict[str, str] = {
     "retire_claim: moved_on": "implied by monotonicity: a turn never moves back and an ended session never lives "
                               "again, and every caller decided on a read that saw it moved on",
-    "retire_claim: reservation_is": "implied by delivery_unconfirmed: a reservation is written with its claim and "
-                                    "leaves only with it, and no second one is written while it stands",
     "retire_claim: reservation_unattempted": "implied: mark_attempted needs the question's turn current and the "
                                              "session live, which a moved-on question never has again",
     "retire_claim: row_has_status": "implied: an unconfirmed claim's rows change only through that claim",
-    "mark_attempted: reservation_is": "implied by the responder holding the only reservation the claim wrote",
+    "mark_attempted: reservation_is": "implied: with no reservation the write's own update of it fails (DynamoDB "
+                                      "refuses a nested update of a missing map); another claim's reservation "
+                                      "in the same turn is either held by a responder still running (three "
+                                      "actors interleaved) or attempted, and then the turn moved (turn_is)",
     "finish_reservation: reservation_is": "its only effect on a stale acknowledgement after the reconciler already "
                                           "recovered the reservation is to say 'resumed' over 'ambiguous'; dropping "
                                           "a newer reservation needs three actors interleaved (beyond two "
