@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from chalicelib.domain.commands import MAX_ANSWER_TEXT, MAX_CONTEXT, MAX_DESCRIPTION, MAX_LABEL, MAX_PROMPT
@@ -73,6 +73,7 @@ def attempt(w: Streamed, write: Any) -> Any:
 @given(alphabets)
 def test_every_documented_limit__every_accepted_write_succeeds_and_every_stream_record_is_processed(
         a: list[str]) -> None:
+    assume("".join(a).strip())  # an all-whitespace text is refused as empty (400), not a size question
     w = Streamed()
     sid = w.session(text(a, MAX_CONTENT)).id  # a first prompt at the content limit
     w.stream()
