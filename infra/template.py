@@ -14,11 +14,17 @@ from chalicelib.api import cors
 
 from . import hosting
 from . import observability as obs
-from .bus import EVENT_BUS, bus_outputs, bus_resources
+from .bus import EVENT_BUS, bus_outputs, bus_resources, push_target
 from .gate import GATE, gate_resources
 from .gateway import gateway_responses, method_not_allowed
 from .iam import access_for, lambda_role, policy_statements
-from .identity import agent_keys_statement, identity_environment, identity_outputs, identity_resources
+from .identity import (
+    agent_keys_statement,
+    identity_environment,
+    identity_outputs,
+    identity_resources,
+    vapid_key_statement,
+)
 from .tables import logical_id, table_resources
 
 Template = dict[str, Any]
@@ -69,6 +75,7 @@ def build(chalice: Template, *, deployment_id: str, app_name: str, stage: str) -
         f"{app_name}-{stage}", [(fn.name, fn.handler) for fn in functions],
         [fn.name for fn in functions if list(_stream_events(resources[fn.logical]["Properties"]))],
         f"{app_name}-{stage}-stream-failures")
+    resources.update(push_target(resources, _by_handler(functions, "push_delivery").logical))
     reconciler = _by_handler(functions, "reconcile_before_traffic")
     resources[reconciler.logical]["Properties"]["Timeout"] = RECONCILER_TIMEOUT
     resources.update(gate_resources(
@@ -157,6 +164,8 @@ def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str, *, ser
     statements = policy_statements(access, logs, bus=EVENT_BUS, dlq=obs.STREAM_DLQ)
     if access.agent_keys:
         statements.append(agent_keys_statement())
+    if access.vapid:
+        statements.append(vapid_key_statement())
     added = {
         role: lambda_role(statements, fn.handler),
         logs: obs.log_group(fn.name),
