@@ -20,7 +20,8 @@ RETRY_AFTER = 5  # seconds a failed event stays invisible before it is delivered
 
 
 def question_queue(bus: str, endpoint: str | None = None) -> str:
-    return str(aws.client("sqs", endpoint_url=endpoint).get_queue_url(QueueName=LocalBus.queue_names(bus)[1])["QueueUrl"])
+    sqs = aws.client("sqs", endpoint_url=endpoint)
+    return str(sqs.get_queue_url(QueueName=LocalBus.queue_names(bus)[1])["QueueUrl"])
 
 
 def relay_once(queue_url: str, handler: Callable[[dict[str, Any], Any], Any], *, wait: int = 1,
