@@ -6,6 +6,7 @@ import { Phase, admissionLabel, answersComplete, isBusy, unansweredQuestions } f
 import { answerDraftHasContent } from "./drafts.js";
 import { echoStatusText, withEchoes } from "./echo.js";
 import { parseMarkdown } from "./markdown.js";
+import { pushLabel } from "./push.js";
 import { orderTasks } from "./merge.js";
 import { showsQuestionIcon } from "./selection.js";
 import { clarificationStateWords, replyInsteadNote, sessionStateWords, sessionStatus } from "./status.js";
@@ -157,6 +158,7 @@ function renderTopbar(state) {
     h("span.brand", {}, "Clarify"),
     h("span.conn", { class: state.online ? "ok" : "off" }, state.online ? "" : "Reconnecting…"),
     notifyAsk ? h("button.link", { type: "button", "data-action": "ask-notifications" }, phone ? "Alerts" : "Notify me of questions") : null,
+    pushLabel() ? h("button.link#push-toggle", { type: "button", "data-action": "push-toggle" }, pushLabel()) : null,
     h("button.link", { type: "button", "data-action": "sign-out" }, "Sign out"));
 }
 
