@@ -9,7 +9,7 @@ import {
   lateResult, respondResult, unansweredQuestions,
 } from "./admission.js";
 import { createDrafts } from "./drafts.js";
-import { closeSettled, initPush, stopPush, togglePush } from "./push.js";
+const push = (use) => localStorage.getItem("clarify.push.device") && import("./push.js").then(use); // docs/push.md
 import { pendingEchoes } from "./echo.js";
 import { applyEvent, createEventDeduper, mergeSessionList, mergeTaskSnapshot, newlyPending } from "./merge.js";
 import { describeFailure, retryDelay } from "./retry.js";
@@ -540,7 +540,7 @@ function handleEvents(events) {
 // ------------------------------------------------------------------ system notifications (the page is in the background)
 
 function notifyQuestions(before, after) {
-  closeSettled(before, after); // a question answered elsewhere: its push notification goes
+  push((p) => p.closeSettled(before, after));
   for (const taskId of newlyPending(before, after)) notifyQuestion(taskId);
 }
 
@@ -798,7 +798,7 @@ root.addEventListener("click", (e) => {
     case "confirm-stop": stopSession(state.confirm?.id); break;
     case "cancel-confirm": state.confirm = null; render(); break;
     case "ask-notifications": askNotifications(); break;
-    case "push-toggle": togglePush(api).then((problem) => { if (problem) announce(problem); render(); }); break;
+    case "push-toggle": import("./push.js").then((p) => p.togglePush(api, announce, render)); break;
     case "sign-out": signOut(); break;
     default: return;
   }
@@ -930,7 +930,7 @@ function expired() {
 
 /** Sign out: nothing this browser kept for the user stays (tokens, drafts, snapshots), nor anything in memory. */
 async function signOut() {
-  await stopPush(api).catch(() => {}); // this device stops being notified before its token goes
+  await push((p) => p.stopPush(api))?.catch(() => {});
   eventsAbort?.abort();
   state.token = null; // nothing is kept from here on (the snapshot taken when the page hides included)
   auth.signOut().finally(() => location.reload());
@@ -961,7 +961,7 @@ async function boot() {
     start();
   } else render();
   navigator.serviceWorker?.register("/sw.js").catch(() => {});
-  initPush(() => state.token);
+  push((p) => p.initPush(() => state.token));
 }
 
 boot();

@@ -13,7 +13,7 @@ self.addEventListener("install", (event) => {
 
 self.addEventListener("activate", (event) => {
   event.waitUntil(caches.keys()
-    .then((keys) => Promise.all(keys.filter((k) => k !== CACHE && k !== PUSH_CACHE).map((k) => caches.delete(k))))
+    .then((keys) => Promise.all(keys.filter((k) => k !== CACHE && k !== "clarify-push-v1").map((k) => caches.delete(k))))
     .then(() => self.clients.claim()));
 });
 
@@ -33,7 +33,7 @@ self.addEventListener("fetch", (event) => {
 });
 
 self.addEventListener("notificationclick", (event) => {
-  if (event.action) return; // a notification's action button: the Web Push section below answers it
+  if (event.action) return; // an option: Web Push below
   event.notification.close();
   const target = event.notification.data?.url ?? "/";
   event.waitUntil(self.clients.matchAll({ type: "window", includeUncontrolled: true }).then((windows) => {
@@ -43,49 +43,21 @@ self.addEventListener("notificationclick", (event) => {
   }));
 });
 
-// ------------------------------------------------------------------ Web Push (docs/push.md)
-// A push is {type: "clarification", clarification_id, session_id, task_id, title, question} (plus question_id and
-// options when one question of at most two options can be answered from the notification). One notification per
-// session (its tag): a newer question replaces it; the same question pushed again replaces it silently.
-
-const PUSH_CACHE = "clarify-push-v1"; // the page's access token for answering from a notification (push.js)
-const enc = encodeURIComponent;
-
-self.addEventListener("push", (event) => {
-  let data = null;
-  try { data = event.data?.json(); } catch { data = null; }
-  event.waitUntil(showQuestion(data?.type === "clarification" ? data : null));
+// Web Push (docs/push.md)
+self.addEventListener("push", (e) => {
+  const p = e.data.json();
+  e.waitUntil(self.registration.showNotification(p.title, { body: p.question, tag: `session-${p.session_id}`, renotify: true,
+    icon: "/web/icon.svg", data: { ...p, url: `/#/tasks/${p.task_id}/sessions/${p.session_id}` },
+    actions: (p.question_id && p.options || []).map((o) => ({ action: o.option_id, title: o.label })) }));
 });
 
-async function showQuestion(p) {
-  if (!p) return self.registration.showNotification("Clarify", { body: "Something changed.", icon: "/web/icon.svg" });
-  const tag = `session-${p.session_id}`;
-  const shown = await self.registration.getNotifications({ tag });
-  const repeat = shown.some((n) => n.data?.clarification_id === p.clarification_id);
-  const url = `/#/tasks/${enc(p.task_id)}/sessions/${enc(p.session_id)}`;
-  return self.registration.showNotification(p.title || "The agent has a question", {
-    body: p.question, tag, renotify: !repeat, icon: "/web/icon.svg", requireInteraction: true,
-    data: { url, clarification_id: p.clarification_id, session_id: p.session_id, task_id: p.task_id,
-      question_id: p.question_id ?? null },
-    actions: p.question_id ? (p.options ?? []).slice(0, 2).map((o) => ({ action: `answer:${o.option_id}`, title: o.label })) : [],
-  });
-}
-
-self.addEventListener("notificationclick", (event) => {
-  const data = event.notification.data;
-  if (!event.action?.startsWith("answer:") || !data?.clarification_id) return; // a tap: the listener above opens it
-  event.notification.close();
-  event.waitUntil(answer(data, event.action.slice("answer:".length)));
+self.addEventListener("notificationclick", (e) => {
+  const d = e.notification.data;
+  if (!e.action) return;
+  e.notification.close();
+  e.waitUntil(caches.open("clarify-push-v1").then((c) => c.match("/push/token")).then((t) => t?.text())
+    .then((t) => t && fetch(`/api/v1/clarifications/${d.clarification_id}/respond`, { method: "POST",
+      headers: { Authorization: `Bearer ${t}`, "Idempotency-Key": `push:${d.clarification_id}` },
+      body: JSON.stringify({ answers: [{ question_id: d.question_id, selected_options: [e.action] }] }) }))
+    .catch(() => null).then((r) => r?.ok || r?.status === 409 || self.clients.openWindow(d.url)));
 });
-
-async function answer(data, optionId) {
-  const token = await (await caches.open(PUSH_CACHE)).match("/push/token").then((r) => r?.text());
-  const resp = token ? await fetch(`/api/v1/clarifications/${enc(data.clarification_id)}/respond`, {
-    method: "POST",
-    // One key per question: a double tap, or a retry, is the same answer.
-    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", "Idempotency-Key": `push:${data.clarification_id}` },
-    body: JSON.stringify({ answers: [{ question_id: data.question_id, selected_options: [optionId] }] }),
-  }).catch(() => null) : null;
-  if (resp?.ok || resp?.status === 409) return; // answered, or settled elsewhere meanwhile
-  return self.clients.openWindow(data.url); // signed out, token expired or offline: answer in the app
-}

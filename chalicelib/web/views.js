@@ -6,7 +6,6 @@ import { Phase, admissionLabel, answersComplete, isBusy, unansweredQuestions } f
 import { answerDraftHasContent } from "./drafts.js";
 import { echoStatusText, withEchoes } from "./echo.js";
 import { parseMarkdown } from "./markdown.js";
-import { pushLabel } from "./push.js";
 import { orderTasks } from "./merge.js";
 import { showsQuestionIcon } from "./selection.js";
 import { clarificationStateWords, replyInsteadNote, sessionStateWords, sessionStatus } from "./status.js";
@@ -157,8 +156,9 @@ function renderTopbar(state) {
       : null,
     h("span.brand", {}, "Clarify"),
     h("span.conn", { class: state.online ? "ok" : "off" }, state.online ? "" : "Reconnecting…"),
-    notifyAsk ? h("button.link", { type: "button", "data-action": "ask-notifications" }, phone ? "Alerts" : "Notify me of questions") : null,
-    pushLabel() ? h("button.link#push-toggle", { type: "button", "data-action": "push-toggle" }, pushLabel()) : null,
+    "PushManager" in window ? h("button.link", { type: "button", "data-action": "push-toggle" },
+      localStorage.getItem("clarify.push.device") ? "Stop notifying this device" : phone ? "Alerts" : "Notify me on this device")
+      : notifyAsk ? h("button.link", { type: "button", "data-action": "ask-notifications" }, phone ? "Alerts" : "Notify me of questions") : null,
     h("button.link", { type: "button", "data-action": "sign-out" }, "Sign out"));
 }
 

@@ -109,13 +109,13 @@ def test_push__notification_shown_tap_opens_the_session(browser: Browser, web_st
         [n] = notifications(page)
         assert (n["title"], n["body"], n["tag"]) == ("Push to my phone", "Pick an option for question 1",
                                                      f"session-{session}")
-        assert n["actions"] == [{"action": "answer:a", "title": "Option A"},
-                                {"action": "answer:b", "title": "Option B"}]
-        assert n["renotify"] is True  # a new question alerts
-        deliver(context, web_stack, registration, payload)  # the same question again: replaced, silently
+        assert n["actions"] == [{"action": "a", "title": "Option A"}, {"action": "b", "title": "Option B"}]
+        # A newer question of the same session replaces the notification (one per session) and alerts again.
+        deliver(context, web_stack, registration, {**payload, "clarification_id": "newer", "question": "And now?"})
         until_js(page, """async () => (await (await navigator.serviceWorker.ready).getNotifications())
-            .every(n => n.renotify === false)""", "the repeated push replacing the notification silently")
-        assert len(notifications(page)) == 1
+            .some(n => n.body === 'And now?')""", "the newer question's notification")
+        [n] = notifications(page)
+        assert n["tag"] == f"session-{session}" and n["renotify"] is True
         tap(worker)
         page.wait_for_function("route => location.hash === route", arg=session_route(task, session))
     finally:
@@ -137,7 +137,7 @@ def test_push__option_action__answers_once_even_tapped_twice(browser: Browser, w
         worker.evaluate("""() => { self.__answers = []; const real = self.fetch.bind(self);
             self.fetch = (url, init) => real(url, init).then((r) => { if (String(url).endsWith('/respond'))
                 self.__answers.push([r.status, init.headers['Idempotency-Key']]); return r; }); }""")
-        tap(worker, "answer:b", times=2)  # a double tap: the same Idempotency-Key
+        tap(worker, "b", times=2)  # a double tap: the same Idempotency-Key
         deadline = time.monotonic() + UI_TIMEOUT / 1000
         while [b for b in flow.bundles(session) if b["clarification_id"] == cid][0]["state"] != "answered":
             assert time.monotonic() < deadline, flow.bundles(session)
