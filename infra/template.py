@@ -35,6 +35,9 @@ PLACEHOLDER = re.compile(r"^arn:aws:dynamodb:[^:]+:0{12}:table/(?P<table>[^/]+)/
 # Before traffic the reconciler repairs *all* outstanding work, each item possibly an agentctl call, and it is
 # not behind API Gateway's 29 s limit: give it room instead of the API's 30 s.
 RECONCILER_TIMEOUT = 300
+# The push function tries each device up to 4 times (5 s each, backoff up to 10 s): a few slow push services
+# must not time it out (a timeout is retried, and only the unsent devices are tried again).
+PUSH_TIMEOUT = 120
 # It ends up in a meta key (ready#<id>) and in environment variables: keep it plain.
 DEPLOYMENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 STREAM_SETTINGS = {
@@ -75,7 +78,9 @@ def build(chalice: Template, *, deployment_id: str, app_name: str, stage: str) -
         f"{app_name}-{stage}", [(fn.name, fn.handler) for fn in functions],
         [fn.name for fn in functions if list(_stream_events(resources[fn.logical]["Properties"]))],
         f"{app_name}-{stage}-stream-failures")
-    resources.update(push_target(resources, _by_handler(functions, "push_delivery").logical))
+    pusher = _by_handler(functions, "push_delivery")
+    resources.update(push_target(resources, pusher.logical))
+    resources[pusher.logical]["Properties"]["Timeout"] = PUSH_TIMEOUT
     reconciler = _by_handler(functions, "reconcile_before_traffic")
     resources[reconciler.logical]["Properties"]["Timeout"] = RECONCILER_TIMEOUT
     resources.update(gate_resources(

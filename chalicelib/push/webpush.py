@@ -17,7 +17,7 @@ RECORD_SIZE = 4096
 # A push service must accept 4096 bytes of body (RFC 8030 §7.2); the header takes 86 of them, the tag 16 and the
 # padding delimiter 1.
 MAX_PAYLOAD = RECORD_SIZE - 86 - 16 - 1
-TIMEOUT = 10.0
+TIMEOUT = 5.0  # per request; infra/template.py gives the push function room for its retries
 
 
 @dataclass(frozen=True)

@@ -75,13 +75,16 @@ def deliver(deps: Deps, detail: Mapping[str, Any]) -> Report:
         return Report(reason="not a pending question" if ids is None else "push is not configured")
     workspace_id, session_id, clarification_id = ids
     with obs.scope(workspace=workspace_id, session=session_id, clarification=clarification_id):
+        devices = deps.devices.list_devices(workspace_id)
+        if not devices:  # most workspaces: nothing else to read
+            return Report(reason="no devices")
         session = deps.store.get_session(session_id)
         bundle = session.bundle(clarification_id) if session and session.workspace_id == workspace_id else None
         if session is None or bundle is None or not bundle_is_active(session, bundle):
             return Report(reason="the question is no longer pending")
         body = _payload(deps, session, bundle)
         report = Report()
-        for device in deps.devices.list_devices(workspace_id):
+        for device in devices:
             _deliver_one(deps, deps.pusher, device, clarification_id, body, report)
         log.info("push for %s: %s", clarification_id, report.as_dict())
         return report

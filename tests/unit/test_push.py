@@ -235,7 +235,8 @@ def test_deliver__other_events__ignored() -> None:
 
 def test_deliver__event_naming_another_workspace__nothing_sent() -> None:
     transport = Transport()
-    w, _, _, _, _ = pushing(transport)
+    w, devices, device, _, _ = pushing(transport)
+    devices.register(replace(device, workspace_id="ws-2", user="user-9"))  # ws-2 has a device to push to
     sid, cid = w.waiting()
     forged = {**event(w, sid, cid), "workspace_id": "ws-2"}
     assert push.deliver(w.deps, forged).sent == 0 and transport.calls == []
