@@ -17,6 +17,7 @@ from .handlers import LambdaContext
 
 log = logging.getLogger(__name__)
 RETRY_AFTER = 5  # seconds a failed event stays invisible before it is delivered again
+IDLE = 0.5  # seconds between reads of an empty queue (never a long poll: the emulator serves one request at a time)
 
 
 def question_queue(bus: str, endpoint: str | None = None) -> str:
@@ -24,12 +25,14 @@ def question_queue(bus: str, endpoint: str | None = None) -> str:
     return str(sqs.get_queue_url(QueueName=LocalBus.queue_names(bus)[1])["QueueUrl"])
 
 
-def relay_once(queue_url: str, handler: Callable[[dict[str, Any], Any], Any], *, wait: int = 1,
-               endpoint: str | None = None) -> int:
-    """Deliver what the queue holds now (waiting up to `wait` s for the first); returns how many succeeded."""
+def relay_once(queue_url: str, handler: Callable[[dict[str, Any], Any], Any], *,
+               endpoint: str | None = None) -> int | None:
+    """Deliver what the queue holds now; how many succeeded (None: the queue was empty)."""
     sqs = aws.client("sqs", endpoint_url=endpoint)
-    resp = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=wait,
+    resp = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
                                VisibilityTimeout=RETRY_AFTER)
+    if not resp.get("Messages"):
+        return None
     done = 0
     for message in resp.get("Messages", []):
         try:
@@ -51,7 +54,8 @@ class PushRelay:
         import app as application
         while not self._stop.is_set():
             try:
-                relay_once(self.queue, application.push_delivery, endpoint=self.endpoint)
+                if relay_once(self.queue, application.push_delivery, endpoint=self.endpoint) is None:
+                    self._stop.wait(IDLE)
             except Exception:
                 log.exception("the push relay could not read its queue")
                 self._stop.wait(1.0)
