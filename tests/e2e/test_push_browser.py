@@ -159,3 +159,23 @@ def test_push__option_action__answers_once_even_tapped_twice(browser: Browser, w
         assert again.status_code == 409
     finally:
         context.close()
+
+
+def test_sign_out__removes_this_devices_push_registration_and_token(browser: Browser, web_stack: LocalStack,
+                                                                    flow: Flow, workspace: str,
+                                                                    push: PushService) -> None:
+    device = push.subscribe()
+    registered = flow.user.post("/devices", device.json("this browser"))
+    assert registered.status_code == 201, registered.text
+    context, page, _, _ = open_app(browser, web_stack, workspace)
+    try:
+        page.evaluate("id => localStorage.setItem('clarify.push.device', id)", registered.json()["device_id"])
+        page.locator("[data-action=sign-out]").first.click()
+        deadline = time.monotonic() + UI_TIMEOUT / 1000
+        while flow.user.get("/devices").json()["devices"]:
+            assert time.monotonic() < deadline, "the device was not removed at sign-out"
+            time.sleep(0.2)
+        until_js(page, "async () => !(await caches.has('clarify-push-v1'))"
+                       " && !localStorage.getItem('clarify.push.device')", "the worker's token gone")
+    finally:
+        context.close()

@@ -145,3 +145,20 @@ def test_question_answered_before_the_event__nothing_pushed(stack: LocalStack, p
     [event] = pending_events(stack)
     assert invoke(stack, event)["sent"] == 0
     assert mine.received == []
+
+
+def test_push_marker__dynamodb__one_claim_a_dead_ones_taken_over_sent_never_again(stack: LocalStack) -> None:
+    devices = bootstrap.deps().devices
+    assert devices is not None
+
+    def claim(now: str, cid: str = "c1") -> bool:
+        return devices.claim_push("ws-1", cid, "dev-1", now=now, until="2026-01-01T00:01:00Z", expires_at=1)
+
+    assert claim("2026-01-01T00:00:00Z")
+    assert not claim("2026-01-01T00:00:30Z")  # its invocation may still be sending
+    assert claim("2026-01-01T00:02:00Z")  # that invocation died (its deadline passed): this one sends
+    devices.finish_push("ws-1", "c1", "dev-1", sent=True)
+    assert not claim("2027-01-01T00:00:00Z")  # sent: never again
+    assert claim("2026-01-01T00:00:00Z", "c2")
+    devices.finish_push("ws-1", "c2", "dev-1", sent=False)  # not sent: a redelivery may try again
+    assert claim("2026-01-01T00:00:01Z", "c2")
