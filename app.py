@@ -10,8 +10,9 @@ from chalicelib import observability as obs
 from chalicelib.api import cors
 from chalicelib.api.http import Api, json_response
 from chalicelib.api.openapi import openapi_document
+from chalicelib.auth.identity import LOCAL_STAGE
 from chalicelib.auth.tokens import Caller
-from chalicelib.bootstrap import authenticator, deps, sign_in_config
+from chalicelib.bootstrap import authenticator, deps, sign_in_config, stage
 from chalicelib.domain import commands
 from chalicelib.domain import public as views
 from chalicelib.domain import validation as v
@@ -20,11 +21,13 @@ from chalicelib.domain.errors import Unauthorized
 from chalicelib.functions import reconciler, streams
 from chalicelib.services import (
     clarifications,
+    devices,
     feed,
     frames,
     history,
     messages,
     paging,
+    push,
     responses,
     sessions,
     stream_health,
@@ -222,6 +225,33 @@ def events(d: Deps, caller: Caller) -> tuple[int, Any]:
     return 200, {"events": [views.event_view(e) for e in page.events], "cursor": page.cursor}
 
 
+# ------------------------------------------------------------------ push devices (Web Push)
+@app.route(V1 + "/push/config", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def push_config(d: Deps, caller: Caller) -> tuple[int, Any]:
+    return 200, devices.push_config(d, caller)
+
+
+@app.route(V1 + "/devices", methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
+@api.endpoint
+def register_device(d: Deps, caller: Caller) -> tuple[int, Any]:
+    view, created = devices.register(d, caller, api.body(), local=stage() == LOCAL_STAGE)
+    return (201 if created else 200), view
+
+
+@app.route(V1 + "/devices", methods=["GET"], authorizer=bearer)
+@api.endpoint
+def list_devices(d: Deps, caller: Caller) -> tuple[int, Any]:
+    return 200, {"devices": devices.list_devices(d, caller)}
+
+
+@app.route(V1 + "/devices/{device_id}", methods=["DELETE"], authorizer=bearer)
+@api.endpoint
+def delete_device(d: Deps, caller: Caller, device_id: str) -> tuple[int, Any]:
+    devices.delete(d, caller, device_id)
+    return 204, None
+
+
 # ------------------------------------------------------------------ agent routes
 @app.route(V1 + "/agent/sessions/{session_id}/frames",
            methods=["POST"], authorizer=bearer, content_types=ANY_BODY)
@@ -301,6 +331,17 @@ def tasks_stream(event: Any) -> dict[str, Any]:
 def reconcile_before_traffic(event: Any, context: Any) -> dict[str, Any]:
     """Invoked by the deploy (and the local run command) before the API takes traffic."""
     return reconciler.reconcile(deps(), before_traffic=True).as_dict()
+
+
+@app.lambda_function(name="push_delivery")
+@obs.invocation("push_delivery")
+def push_delivery(event: Any, context: Any) -> dict[str, Any]:
+    """A target of the pending-question rule (infra/bus.py): Web Push to the workspace's devices. Devices still
+    unreached fail the invocation, so Lambda delivers the event again; pushed ones are skipped then."""
+    report = push.deliver(deps(), (event or {}).get("detail") or {})
+    if report.failed:
+        raise push.PushIncomplete(f"{len(report.failed)} device(s) not reached yet: {report.as_dict()}")
+    return report.as_dict()
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile_scheduled")

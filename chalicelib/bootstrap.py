@@ -23,6 +23,7 @@ from .services.deps import Deps, Settings
 
 if TYPE_CHECKING:
     from .bus.protocol import Bus
+    from .services.push import Pusher
 
 log = logging.getLogger(__name__)
 NO_BUS = "none"
@@ -115,13 +116,37 @@ def event_bus() -> Bus | None:
     return EventBridgeBus(name)
 
 
+DEFAULT_VAPID_SUBJECT = "mailto:push@example.com"
+
+
+def pusher() -> Pusher | None:
+    """CLARIFY_VAPID_SECRET: the secret holding the VAPID key (made on first use); unset, no Web Push.
+    CLARIFY_VAPID_SUBJECT: the contact push services see (mailto: or https:)."""
+    secret = os.environ.get("CLARIFY_VAPID_SECRET", "").strip()
+    if not secret:
+        return None
+    from .push.vapid import Vapid, load_or_make, secret_store
+    from .services.push import Pusher
+
+    subject = os.environ.get("CLARIFY_VAPID_SUBJECT", "").strip() or DEFAULT_VAPID_SUBJECT
+    holder: list[Vapid] = []
+
+    def vapid() -> Vapid:
+        if not holder:  # read once per container; a race makes the same key twice (the secret has one)
+            holder.append(Vapid(load_or_make(*secret_store(secret)), subject))
+        return holder[0]
+    return Pusher(vapid=vapid)
+
+
 def build() -> Deps:
     from .agentctl.client import HttpAgentctl
+    from .store.devices import DynamoDevices
     from .store.dynamo import DynamoStore
     from .store.feed_index import DynamoFeedIndex
 
     configure_tables()
     bus = event_bus()
+    store = DynamoStore()
 
     def agent_token(workspace_id: str, session_id: str) -> str:
         # The stage's trust is needed by a dispatch only: an operator's command that reads never asks for it.
@@ -133,7 +158,7 @@ def build() -> Deps:
                     session_id=session_id)
 
     return Deps(
-        store=DynamoStore(),
+        store=store,
         agentctl=HttpAgentctl(os.environ.get("CLARIFY_AGENTCTL_URL", "http://127.0.0.1:8001"),
                               timeout=float(os.environ.get("CLARIFY_AGENTCTL_TIMEOUT", "10"))),
         clock=lambda: datetime.now(UTC),
@@ -143,6 +168,8 @@ def build() -> Deps:
         sleep=time.sleep,
         bus=bus,
         feed_index=DynamoFeedIndex() if bus is not None else None,
+        devices=DynamoDevices(store.client),
+        pusher=pusher(),
     )
 
 

@@ -48,6 +48,7 @@ STREAM_RECORD_FAILURES = "StreamRecordFailures"  # records a stream batch report
 STREAM_RECORDS_SET_ASIDE = "StreamRecordsSetAside"  # table: records parked after their retries (local pump)
 LONG_POLL_WAITS = "LongPollWaits"  # kind: events | waiter
 LONG_POLL_SECONDS = "LongPollSeconds"  # kind: events | waiter
+PUSHES = "Pushes"  # outcome: sent | expired (404/410: subscription removed) | failed | retried
 
 NAMESPACE = "Clarify"
 DEFAULT_SERVICE = "clarify"

@@ -1,5 +1,5 @@
-"""The event bus and its example consumer: an archive of every event, and a rule that sends "a question is
-now pending for a user" to an SNS topic (the hook for phone push)."""
+"""The event bus and its consumers: an archive of every event, and a rule that sends "a question is now pending
+for a user" to an SNS topic (for other subscribers) and to the Web Push function (push_target)."""
 from __future__ import annotations
 
 from typing import Any
@@ -82,6 +82,19 @@ def bus_resources(app_name: str, stage: str) -> dict[str, Resource]:
             "pending-question events could not be delivered to the topic (see the question delivery failure queue)",
             QUESTION_DLQ),
     }
+
+
+def push_target(resources: dict[str, Resource], function: str) -> dict[str, Resource]:
+    """Adds the Web Push function (logical id `function`) as a second target of the pending-question rule, and
+    the permission for the rule to invoke it. Lambda retries a failed invocation (devices still unreached)
+    twice; the rule's own retry policy covers invoking it at all."""
+    rule = resources[QUESTION_RULE]["Properties"]
+    rule["Targets"].append({"Id": "push-delivery", "Arn": {"Fn::GetAtt": [function, "Arn"]},
+                            "RetryPolicy": {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86_400},
+                            "DeadLetterConfig": {"Arn": {"Fn::GetAtt": [QUESTION_DLQ, "Arn"]}}})
+    return {f"{function}QuestionRulePermission": {"Type": "AWS::Lambda::Permission", "Properties": {
+        "Action": "lambda:InvokeFunction", "FunctionName": {"Ref": function}, "Principal": "events.amazonaws.com",
+        "SourceArn": {"Fn::GetAtt": [QUESTION_RULE, "Arn"]}}}}
 
 
 def bus_outputs() -> dict[str, Any]:

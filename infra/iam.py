@@ -27,13 +27,14 @@ class Access:
     stream: str | None = None  # base name of the table whose stream triggers the function
     publish: bool = False  # puts events on the EventBridge bus
     agent_keys: bool = False  # reads the agent-token keyring (verifies agent tokens, or mints them at dispatch)
+    vapid: bool = False  # reads (and makes, the first time) the Web Push VAPID key
 
 
 # Keyed by the Python handler name in app.py (the part after `app.` in the Lambda Handler).
 ACCESS: dict[str, Access] = {
     # The API: every table it serves; meta only to read the traffic flag.
-    "app": Access({"tasks": RW, "sessions": RW, "history": RW, "events": RW, "idempotency": RW, "meta": R},
-                  publish=True, agent_keys=True),
+    "app": Access({"tasks": RW, "sessions": RW, "history": RW, "events": RW, "idempotency": RW, "meta": R,
+                   "devices": RW}, publish=True, agent_keys=True, vapid=True),
     # The authorizer only verifies a token: no data access at all.
     "bearer": Access(agent_keys=True),
     # Keeps history and projections (task/session pending_action) in step, and publishes client events.
@@ -46,6 +47,9 @@ ACCESS: dict[str, Access] = {
     # Repairs reservations, delivery intents and the outbox, then sets the traffic flag in meta.
     "reconcile_before_traffic": Access({"sessions": RW, "tasks": RW, "history": RW, "events": RW,
                                         "idempotency": R, "meta": RW}, publish=True, agent_keys=True),
+    # Web Push for a new pending question (a target of the pending-question rule): reads the question and its
+    # task, the workspace's devices; writes push markers and removes expired subscriptions.
+    "push_delivery": Access({"sessions": R, "tasks": R, "devices": RW}, vapid=True),
     "reconcile_scheduled": Access({"sessions": RW, "tasks": RW, "history": RW, "events": RW, "idempotency": R,
                                    "meta": R}, publish=True, agent_keys=True),
 }

@@ -10,6 +10,8 @@ from typing import Any
 USER_POOL = "UserPool"
 USER_POOL_CLIENT = "UserPoolWebClient"
 AGENT_KEYS = "AgentKeys"
+VAPID_KEY = "VapidKey"
+EMPTY_VAPID_SECRET = "{}"  # the push function makes the key on first use (chalicelib/push/vapid.py)
 # CloudFormation-only properties of the pool: the API takes the name as PoolName and TOTP through
 # SetUserPoolMfaConfig.
 POOL_NAME, ENABLED_MFAS = "UserPoolName", "EnabledMfas"
@@ -64,17 +66,30 @@ def identity_resources(app_name: str, stage: str) -> dict[str, Any]:
             "Description": "Agent-token signing keys (rotate: scripts/clarify-ops agent-keys rotate)",
             "GenerateSecretString": {"SecretStringTemplate": '{"current": "k1"}', "GenerateStringKey": "k1",
                                      "PasswordLength": 64, "ExcludePunctuation": True}}},
+        # The Web Push (VAPID) key: CloudFormation cannot make a P-256 key, so the secret starts empty and the
+        # first function that needs it makes and stores one. Retained: a new key would orphan every subscription.
+        VAPID_KEY: {"Type": "AWS::SecretsManager::Secret", **keep, "Properties": {
+            "Name": f"{app_name}-{stage}-vapid-key",
+            "Description": "Web Push VAPID private key (made on first use; replacing it unsubscribes every device)",
+            "SecretString": EMPTY_VAPID_SECRET}},
     }
 
 
 def identity_environment() -> dict[str, Any]:
     return {"CLARIFY_USER_POOL_ID": {"Ref": USER_POOL},
             "CLARIFY_USER_POOL_CLIENT_ID": {"Ref": USER_POOL_CLIENT},
-            "CLARIFY_AGENT_KEYS_SECRET": {"Ref": AGENT_KEYS}}
+            "CLARIFY_AGENT_KEYS_SECRET": {"Ref": AGENT_KEYS},
+            "CLARIFY_VAPID_SECRET": {"Ref": VAPID_KEY}}
 
 
 def agent_keys_statement() -> dict[str, Any]:
     return {"Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"], "Resource": {"Ref": AGENT_KEYS}}
+
+
+def vapid_key_statement() -> dict[str, Any]:
+    """Read the key, and store the first one (PutSecretValue with the fixed token: it never overwrites a key)."""
+    return {"Effect": "Allow", "Action": ["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue"],
+            "Resource": {"Ref": VAPID_KEY}}
 
 
 def identity_outputs() -> dict[str, Any]:

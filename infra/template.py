@@ -14,11 +14,17 @@ from chalicelib.api import cors
 
 from . import hosting
 from . import observability as obs
-from .bus import EVENT_BUS, bus_outputs, bus_resources
+from .bus import EVENT_BUS, bus_outputs, bus_resources, push_target
 from .gate import GATE, gate_resources
 from .gateway import gateway_responses, method_not_allowed
 from .iam import access_for, lambda_role, policy_statements
-from .identity import agent_keys_statement, identity_environment, identity_outputs, identity_resources
+from .identity import (
+    agent_keys_statement,
+    identity_environment,
+    identity_outputs,
+    identity_resources,
+    vapid_key_statement,
+)
 from .tables import logical_id, table_resources
 
 Template = dict[str, Any]
@@ -29,6 +35,9 @@ PLACEHOLDER = re.compile(r"^arn:aws:dynamodb:[^:]+:0{12}:table/(?P<table>[^/]+)/
 # Before traffic the reconciler repairs *all* outstanding work, each item possibly an agentctl call, and it is
 # not behind API Gateway's 29 s limit: give it room instead of the API's 30 s.
 RECONCILER_TIMEOUT = 300
+# The push function tries each device up to 4 times (5 s each, backoff up to 10 s): a few slow push services
+# must not time it out (a timeout is retried, and only the unsent devices are tried again).
+PUSH_TIMEOUT = 120
 # It ends up in a meta key (ready#<id>) and in environment variables: keep it plain.
 DEPLOYMENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 STREAM_SETTINGS = {
@@ -69,6 +78,9 @@ def build(chalice: Template, *, deployment_id: str, app_name: str, stage: str) -
         f"{app_name}-{stage}", [(fn.name, fn.handler) for fn in functions],
         [fn.name for fn in functions if list(_stream_events(resources[fn.logical]["Properties"]))],
         f"{app_name}-{stage}-stream-failures")
+    pusher = _by_handler(functions, "push_delivery")
+    resources.update(push_target(resources, pusher.logical))
+    resources[pusher.logical]["Properties"]["Timeout"] = PUSH_TIMEOUT
     reconciler = _by_handler(functions, "reconcile_before_traffic")
     resources[reconciler.logical]["Properties"]["Timeout"] = RECONCILER_TIMEOUT
     resources.update(gate_resources(
@@ -157,6 +169,8 @@ def _wire_function(res: dict[str, Any], fn: Function, deployment_id: str, *, ser
     statements = policy_statements(access, logs, bus=EVENT_BUS, dlq=obs.STREAM_DLQ)
     if access.agent_keys:
         statements.append(agent_keys_statement())
+    if access.vapid:
+        statements.append(vapid_key_statement())
     added = {
         role: lambda_role(statements, fn.handler),
         logs: obs.log_group(fn.name),

@@ -55,6 +55,13 @@ SUMMARIES: dict[tuple[str, str], tuple[str, int]] = {
         "Durably confirm a delivery {delivery_id} before using the answer; 409 if it was restored", 200),
     ("POST", "/api/v1/agent/clarifications/{clarification_id}/cancel"): (
         "The agent withdraws its pending question (that bundle only)", 200),
+    ("GET", "/api/v1/push/config"): (
+        "Web Push: the deployment's VAPID public key {vapid_public_key} (base64url, uncompressed P-256)", 200),
+    ("POST", "/api/v1/devices"): (
+        "Register this browser's PushSubscription {endpoint, keys:{p256dh, auth}, label?} -> {device_id}; "
+        "the same endpoint again answers 200 with the same id", 201),
+    ("GET", "/api/v1/devices"): ("The caller's own push devices (never their keys)", 200),
+    ("DELETE", "/api/v1/devices/{device_id}"): ("Remove one of the caller's push devices", 204),
 }
 
 # What chalicelib.api.boundary accepts as an id in a path (anything else is 404).

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..domain import commands as c
+from ..domain import devices as dev
 from ..domain import validation as v
 from ..services import paging
 from . import boundary
@@ -68,6 +69,12 @@ BODIES: dict[tuple[str, str], Schema] = {
     }, ("questions",)),
     ("POST", V1 + "/agent/clarifications/{clarification_id}/confirm"): _object({"delivery_id": IDENTIFIER},
                                                                                ("delivery_id",)),
+    ("POST", V1 + "/devices"): _object({
+        "endpoint": {"type": "string", "minLength": 1, "maxLength": dev.MAX_ENDPOINT, "pattern": "^https?://"},
+        "keys": _object({"p256dh": {"type": "string", "pattern": "^[A-Za-z0-9_-]{86,88}=*$"},
+                         "auth": {"type": "string", "pattern": "^[A-Za-z0-9_-]{22}=*$"}}, ("p256dh", "auth")),
+        "label": _text(dev.MAX_LABEL, 0),
+    }, ("endpoint", "keys")),
     ("POST", V1 + "/agent/sessions/{session_id}/frames"): _object({
         "frames": {"type": "array", "minItems": 1, "maxItems": v.MAX_FRAMES, "items": FRAME}}, ("frames",)),
 }

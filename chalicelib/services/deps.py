@@ -11,9 +11,11 @@ from ..domain.time import iso, parse_iso
 if TYPE_CHECKING:  # the real implementations are built (and imported) by chalicelib.bootstrap
     from ..agentctl.client import Agentctl
     from ..bus.protocol import Bus
+    from ..store.devices import DeviceStore
     from ..store.feed_index import FeedIndex
     from ..store.protocol import Store
     from .outbox import Outbox
+    from .push import Pusher
 
 __all__ = ["Deps", "Settings", "iso", "parse_iso"]
 
@@ -65,6 +67,9 @@ class Deps:
     feed_index: FeedIndex | None = None
     # Set for one stream batch (functions.streams.process_batch): events wait there to be published together.
     outbox: Outbox | None = None
+    # Web Push: registered devices, and what sends to them (None: this deployment sends no push).
+    devices: DeviceStore | None = None
+    pusher: Pusher | None = None
 
     def now(self) -> str:
         return iso(self.clock())

@@ -204,8 +204,22 @@ class MetaRecord(Model):
     updated_at = UnicodeAttribute()
 
 
+class DeviceRecord(Model):
+    """Push devices of a workspace (`device#<id>`) and the markers that make a push once per question and device
+    (`push#<clarification>#<device>`, gone with their TTL). One partition: a push reads the workspace's devices
+    with one Query."""
+
+    class Meta:
+        table_name = "devices"
+        billing_mode = ON_DEMAND
+
+    workspace_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    expires_at = TTLAttribute(null=True)  # markers only
+
+
 ALL_MODELS: tuple[type[Model], ...] = (
-    TaskRecord, SessionRecord, HistoryRecord, EventRecord, IdempotencyRecord, MetaRecord,
+    TaskRecord, SessionRecord, HistoryRecord, EventRecord, IdempotencyRecord, MetaRecord, DeviceRecord,
 )
 BASE_NAMES = {m: m.Meta.table_name for m in ALL_MODELS}
 

@@ -9,6 +9,7 @@ import {
   lateResult, respondResult, unansweredQuestions,
 } from "./admission.js";
 import { createDrafts } from "./drafts.js";
+const push = (use) => localStorage.getItem("clarify.push.device") && import("./push.js").then(use); // docs/push.md
 import { pendingEchoes } from "./echo.js";
 import { applyEvent, createEventDeduper, mergeSessionList, mergeTaskPage, mergeTaskSnapshot, newlyPending } from "./merge.js";
 import { describeFailure, retryDelay } from "./retry.js";
@@ -649,6 +650,7 @@ function handleEvents(events) {
 // ------------------------------------------------------------------ system notifications (the page is in the background)
 
 function notifyQuestions(before, after) {
+  push((p) => p.closeSettled(before, after));
   for (const taskId of newlyPending(before, after)) notifyQuestion(taskId);
 }
 
@@ -922,6 +924,7 @@ root.addEventListener("click", (e) => {
     case "confirm-stop": stopSession(state.confirm?.id); break;
     case "cancel-confirm": state.confirm = null; render(); break;
     case "ask-notifications": askNotifications(); break;
+    case "push-toggle": import("./push.js").then((p) => p.togglePush(api, announce, render)); break;
     case "sign-out": signOut(); break;
     default: return;
   }
@@ -1056,7 +1059,8 @@ function expired() {
 }
 
 /** Sign out: nothing this browser kept for the user stays (tokens, drafts, snapshots), nor anything in memory. */
-function signOut() {
+async function signOut() {
+  await push((p) => p.stopPush(api))?.catch(() => {});
   eventsAbort?.abort();
   state.token = null; // nothing is kept from here on (the snapshot taken when the page hides included)
   auth.signOut().finally(() => location.reload());
@@ -1087,6 +1091,7 @@ async function boot() {
     start();
   } else render();
   navigator.serviceWorker?.register("/sw.js").catch(() => {});
+  push((p) => p.initPush(() => state.token));
 }
 
 boot();

@@ -149,6 +149,7 @@ function renderTopbar(state) {
   const phone = state.layout === "phone";
   const pendingCount = pendingTasks(state);
   const notifyAsk = "Notification" in window && Notification.permission === "default";
+  const pushOn = localStorage.getItem("clarify.push.device");
   return h("header.topbar#topbar", {},
     phone
       ? h("button.tasks-button#open-sheet", { type: "button", "data-action": "open-sheet", "aria-haspopup": "dialog",
@@ -158,7 +159,9 @@ function renderTopbar(state) {
       : null,
     h("span.brand", {}, "Clarify"),
     h("span.conn", { class: state.online ? "ok" : "off" }, state.online ? "" : "Reconnecting…"),
-    notifyAsk ? h("button.link", { type: "button", "data-action": "ask-notifications" }, phone ? "Alerts" : "Notify me of questions") : null,
+    "PushManager" in window ? h("button.link", { type: "button", "data-action": "push-toggle", "aria-pressed": String(!!pushOn) },
+      phone ? "Alerts" : pushOn ? "Stop notifying here" : "Notify me on this device")
+      : notifyAsk ? h("button.link", { type: "button", "data-action": "ask-notifications" }, phone ? "Alerts" : "Notify me of questions") : null,
     h("button.link", { type: "button", "data-action": "sign-out" }, "Sign out"));
 }
 

@@ -9,7 +9,7 @@ from typing import Any
 from chalicelib import aws
 from chalicelib.auth.agent_keys import new_keyring
 from chalicelib.auth.pool import WORKSPACE_GROUP
-from infra.identity import ENABLED_MFAS, POOL_NAME, client_properties, pool_properties
+from infra.identity import EMPTY_VAPID_SECRET, ENABLED_MFAS, POOL_NAME, client_properties, pool_properties
 
 
 def create_pool(cognito: Any, name: str) -> tuple[str, str]:
@@ -41,16 +41,27 @@ def ensure_keyring(secrets_manager: Any, name: str) -> None:
         pass
 
 
+def ensure_vapid_secret(secrets_manager: Any, name: str) -> None:
+    """Created empty, as the template creates it: the first push function makes the key (chalicelib/push/vapid.py)."""
+    try:
+        secrets_manager.create_secret(Name=name, SecretString=EMPTY_VAPID_SECRET)
+    except secrets_manager.exceptions.ResourceExistsException:
+        pass
+
+
 def ensure_identity(endpoint: str, prefix: str) -> dict[str, str]:
-    """The pool, its client and the keyring for the stack named by `prefix`; returns the environment naming
-    them (CLARIFY_USER_POOL_ID, CLARIFY_USER_POOL_CLIENT_ID, CLARIFY_AGENT_KEYS_SECRET)."""
+    """The pool, its client, the keyring and the VAPID secret for the stack named by `prefix`; returns the
+    environment naming them (CLARIFY_USER_POOL_ID, CLARIFY_USER_POOL_CLIENT_ID, CLARIFY_AGENT_KEYS_SECRET,
+    CLARIFY_VAPID_SECRET)."""
     cognito = aws.client("cognito-idp", endpoint_url=endpoint)
     name = f"{prefix}users"
     pool_id, client_id = find_pool(cognito, name) or create_pool(cognito, name)
     keyring = f"{prefix}agent-keys"
     ensure_keyring(aws.client("secretsmanager", endpoint_url=endpoint), keyring)
+    vapid = f"{prefix}vapid"
+    ensure_vapid_secret(aws.client("secretsmanager", endpoint_url=endpoint), vapid)
     return {"CLARIFY_USER_POOL_ID": pool_id, "CLARIFY_USER_POOL_CLIENT_ID": client_id,
-            "CLARIFY_AGENT_KEYS_SECRET": keyring}
+            "CLARIFY_AGENT_KEYS_SECRET": keyring, "CLARIFY_VAPID_SECRET": vapid}
 
 
 def new_password() -> str:

@@ -257,6 +257,8 @@ def test_route_table__authorization_matrix__401_or_404_and_nothing_changes(stack
     # The owners reach the same targets with the same requests, so the 404s above came from scope.
     # The owners here are a pool user of ws-1 and the keyring's agent of session B, as in production.
     owners = [(r, call(stack, r, world.b, token=world.keyring_b).status_code) for r in agent_routes()]
-    owners += [(r, call(stack, r, world.a, token=stack.pool_tokens("ws-1")["AccessToken"]).status_code)
+    # A push device is its user's own, not the workspace's: its owner is the user who registered it.
+    owners += [(r, call(stack, r, world.a, token=stack.user_token() if "{device_id}" in r[1]
+                        else stack.pool_tokens("ws-1")["AccessToken"]).status_code)
                for r in sorted(user_routes(), key=lambda r: r == DELETE_TASK)]
     assert [(r, s) for r, s in owners if s in (401, 404)] == []

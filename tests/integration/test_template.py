@@ -121,10 +121,18 @@ def test_identity__pool_client_keyring_and_who_reads_them(template: dict[str, An
         assert "CLARIFY_AUTH_SECRET" not in env and env["CLARIFY_STAGE"] == "prod"
         assert env["CLARIFY_USER_POOL_ID"] == {"Ref": "UserPool"}
         assert env["CLARIFY_AGENT_KEYS_SECRET"] == {"Ref": "AgentKeys"}
-    readers = sorted(name for name, role in _resources(template, "AWS::IAM::Role").items()
-                     for st in role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-                     if "secretsmanager:GetSecretValue" in st["Action"])
-    assert readers == ["APIHandlerRole", "BearerRole", "ReconcileBeforeTrafficRole", "ReconcileScheduledRole"]
+    readers = sorted({name for name, role in _resources(template, "AWS::IAM::Role").items()
+                      for st in role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+                      if "secretsmanager:GetSecretValue" in st["Action"]})
+    assert readers == ["APIHandlerRole", "BearerRole", "PushDeliveryRole", "ReconcileBeforeTrafficRole",
+                       "ReconcileScheduledRole"]
+    # The VAPID key: made by CloudFormation empty, kept like users; read by the API (its public half) and the
+    # push function only.
+    assert res["VapidKey"]["DeletionPolicy"] == "Retain" and res["VapidKey"]["Properties"]["SecretString"] == "{}"
+    vapid = sorted(name for name, role in _resources(template, "AWS::IAM::Role").items()
+                   for st in role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+                   if st.get("Resource") == {"Ref": "VapidKey"})
+    assert vapid == ["APIHandlerRole", "PushDeliveryRole"]
 
 
 def test_template__cfn_lint__clean(packaged: Path) -> None:
@@ -369,8 +377,9 @@ def test_bus__publishers_may_put_events_on_the_bus_they_are_told(template: dict[
         assert fn["Properties"]["Environment"]["Variables"]["CLARIFY_EVENT_BUS"] == {"Ref": "EventBus"}
         statements = res[f"{logical}Role"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
         puts = [s["Resource"] for s in statements if "events:PutEvents" in s["Action"]]
-        # Everything that emits events publishes them; only the authorizer does not.
-        assert puts == ([] if logical == "Bearer" else [{"Fn::GetAtt": ["EventBus", "Arn"]}]), logical
+        # Everything that emits events publishes them; only the authorizer and the push function do not.
+        assert puts == ([] if logical in ("Bearer", "PushDelivery") else [{"Fn::GetAtt": ["EventBus", "Arn"]}]), \
+            logical
         if puts:  # the feed is read before the bus is put to, so a redelivery puts nothing again
             reads = [a for s in statements for a in s["Action"] if a == "dynamodb:BatchGetItem"
                      and {"Fn::GetAtt": ["EventsTable", "Arn"]} in s["Resource"]]
@@ -384,9 +393,15 @@ def test_bus__archive_and_pending_question_rule_to_an_encrypted_topic(template: 
     assert archive["SourceArn"] == {"Fn::GetAtt": ["EventBus", "Arn"]} and archive["RetentionDays"] > 0
     rule = res["QuestionPendingRule"]["Properties"]
     assert rule["EventBusName"] == {"Ref": "EventBus"} and rule["EventPattern"] == QUESTION_PENDING
-    (target,) = rule["Targets"]
+    target, push = rule["Targets"]
     assert target["Arn"] == {"Ref": "QuestionTopic"}
     assert target["DeadLetterConfig"]["Arn"] == {"Fn::GetAtt": ["QuestionDeliveryFailureQueue", "Arn"]}
+    # The Web Push function is the rule's second target, and the rule alone may invoke it.
+    assert push["Arn"] == {"Fn::GetAtt": ["PushDelivery", "Arn"]}
+    assert push["DeadLetterConfig"] == target["DeadLetterConfig"]
+    permission = res["PushDeliveryQuestionRulePermission"]["Properties"]
+    assert (permission["FunctionName"], permission["Principal"], permission["SourceArn"]) == (
+        {"Ref": "PushDelivery"}, "events.amazonaws.com", {"Fn::GetAtt": ["QuestionPendingRule", "Arn"]})
     topic = res["QuestionTopic"]["Properties"]
     assert topic["KmsMasterKeyId"] == {"Ref": "QuestionTopicKey"}  # not the AWS-managed key EventBridge cannot use
     (allow,) = res["QuestionTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]

@@ -11,6 +11,8 @@ import requests
 
 import app as application
 from chalicelib import bootstrap
+from chalicelib.push import ec
+from chalicelib.push.vapid import b64url
 from scripts.local.sim_agent import SimAgent
 from scripts.local.stack import LocalStack
 from tests.support.flow import ApiClient
@@ -25,6 +27,12 @@ QUESTIONS = {"questions": [{"question_id": "q1", "prompt": "Which database?",
                             "options": [{"option_id": "a", "label": "Postgres"},
                                         {"option_id": "b", "label": "SQLite"}]}]}
 
+def subscription_json(endpoint: str = "https://push.example.test/send/probe") -> dict[str, Any]:
+    """A browser's PushSubscription JSON with a real P-256 public key (Clarify checks the point)."""
+    return {"endpoint": endpoint, "keys": {"p256dh": b64url(ec.public_key(ec.new_private_key())),
+                                           "auth": b64url(bytes(range(16)))}}
+
+
 # Bodies that pass validation, so a refusal can only come from authentication or scope (the contract's shapes).
 VALID_BODIES: dict[tuple[str, str], Any] = {
     ("POST", V1 + "/tasks"): {"title": "probe"},
@@ -36,6 +44,7 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ASK: QUESTIONS,
     ("POST", V1 + "/agent/clarifications/{clarification_id}/confirm"): {"delivery_id": "probe"},
     ("POST", V1 + "/agent/sessions/{session_id}/frames"): {"frames": [{"type": "message", "content": "probe"}]},
+    ("POST", V1 + "/devices"): subscription_json(),
 }
 QUERIES: dict[tuple[str, str], dict[str, str]] = {
     ("GET", V1 + "/agent/clarifications/{clarification_id}/wait"): {"timeout": "0"},
@@ -123,7 +132,10 @@ def build_world(stack: LocalStack, user: ApiClient, sim: SimAgent) -> World:
         assert sent.status_code == 201, sent.text
         ids.append({"task_id": task["id"], "session_id": session["id"]})
     assert sim.wait_idle(DEADLINE)
-    for entry in ids:
+    for n, entry in enumerate(ids):
+        device = user.post("/devices", subscription_json(f"https://push.example.test/send/world-{n}"))
+        assert device.status_code == 201, device.text
+        entry["device_id"] = device.json()["device_id"]
         messages = user.get(f"/sessions/{entry['session_id']}/transcript").json()["messages"]
         entry["message_id"] = next(m["id"] for m in messages if m["author_type"] == "agent")
         token = stack.agent_token(entry["session_id"])
@@ -138,13 +150,15 @@ def build_world(stack: LocalStack, user: ApiClient, sim: SimAgent) -> World:
 
 
 def snapshot(workspace: str = "ws-1") -> dict[str, Any]:
-    """Everything stored for a workspace: tasks, session aggregates, history and events."""
-    store = bootstrap.deps().store
+    """Everything stored for a workspace: tasks, session aggregates, history, events and push devices."""
+    deps = bootstrap.deps()
+    store = deps.store
     tasks = store.list_tasks(workspace)
     sessions = {t.id: store.list_sessions(t.id) for t in tasks}
     return {"tasks": tasks, "sessions": sessions,
             "history": {s.id: store.list_history(s.id) for group in sessions.values() for s in group},
-            "events": store.list_events(workspace, low_sk="", after_sk="", written_after="", limit=10_000)}
+            "events": store.list_events(workspace, low_sk="", after_sk="", written_after="", limit=10_000),
+            "devices": deps.devices.list_devices(workspace) if deps.devices else []}
 
 
 def owner_token(stack: LocalStack, world: World, route: Route) -> str:
