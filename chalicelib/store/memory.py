@@ -132,6 +132,12 @@ class MemoryStore(ConditionalWrites):
                        if i["workspace_id"] == workspace_id and "list_key" in i)  # the index is sparse
         return _page([(k, codec.task_from_item(i)) for k, i in reversed(keyed) if after is None or k < after], limit)
 
+    def unlisted_tasks(self, limit: int, after: str | None) -> tuple[list[Task], str | None]:
+        ids = sorted(tid for tid in list(self.task_items) if after is None or tid > after)
+        step = ids[:limit]
+        return ([codec.task_from_item(self.task_items[t]) for t in step if "list_key" not in self.task_items[t]],
+                step[-1] if len(ids) > limit else None)
+
     # ---------------------------------------------------------------- sessions
     def page_sessions(self, task_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Session]:
         found = [(s.created_at, s.id) for s in self.list_sessions(task_id)]

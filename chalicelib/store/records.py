@@ -65,6 +65,16 @@ class DynamoRecords:
         last = items[-1] if items else None
         return Paged(tasks, (last["list_key"], last["task_id"]) if more and last else None)
 
+    def unlisted_tasks(self, limit: int, after: str | None) -> tuple[list[Task], str | None]:
+        kwargs: dict[str, Any] = {"TableName": TaskRecord.Meta.table_name, "Limit": limit,
+                                  "FilterExpression": "attribute_not_exists(list_key)"}
+        if after is not None:
+            kwargs["ExclusiveStartKey"] = {"task_id": {"S": after}}
+        resp = guarded(lambda: self.client.scan(**kwargs))
+        last = resp.get("LastEvaluatedKey")
+        return ([codec.task_from_item(codec.from_attrs(i)) for i in resp.get("Items", [])],
+                last["task_id"]["S"] if last else None)
+
     def page_sessions(self, task_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Session]:
         start = ({"task_id": {"S": task_id}, "created_at": {"S": after[0]}, "session_id": {"S": after[1]}}
                  if after else None)
