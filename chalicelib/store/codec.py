@@ -125,6 +125,8 @@ def bundle_to_item(b: Bundle) -> dict[str, Any]:
         item["waiter_until"] = b.waiter_until
     if b.late_message_id:
         item["late_message_id"] = b.late_message_id
+    if b.turn_seq:
+        item["turn_seq"] = b.turn_seq
     return item
 
 
@@ -219,7 +221,7 @@ def bundle_from_item(bundle_id: str, item: Mapping[str, Any]) -> Bundle:
                   created_at=item.get("created_at", ""), context=item.get("context", ""), rows=rows,
                   delivery=delivery_from_item(item.get("delivery")), waiter_until=item.get("waiter_until") or None,
                   dismissed_by=tuple(sorted(k for k, v in dismissed.items() if flag(v))),
-                  late_message_id=item.get("late_message_id") or None)
+                  late_message_id=item.get("late_message_id") or None, turn_seq=int(item.get("turn_seq") or 0))
 
 
 def session_from_item(item: Mapping[str, Any]) -> Session:

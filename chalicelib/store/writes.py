@@ -29,6 +29,7 @@ from . import codec
 from . import conditions as c
 from .document import Append, Change, Clause, Drop, Equals, Exists, Increment, Missing, Not, Put, Write
 from .protocol import Remembered
+from .size import item_size, value_size
 
 RECON_SHARD = "due"  # one partition of the sparse index; it only ever holds outstanding work
 QUARANTINE_SHARD = "quarantined"  # the same index's other partition: aggregates set apart for an operator
@@ -128,6 +129,12 @@ class ConditionalWrites(ABC):
         also requires every check to hold. Raises ConditionFailed (carrying the current task when the task's
         own condition failed)."""
         ...
+
+    def room(self, session: Session, adding: Bundle | Prompt) -> tuple[int, int]:
+        """The aggregate's bytes as stored and the bytes `adding` (a bundle, a sent or queued message) would
+        add to it, both by DynamoDB's size rules: what the session's byte budget counts."""
+        added = codec.bundle_to_item(adding) if isinstance(adding, Bundle) else codec.prompt_to_item(adding)
+        return item_size(codec.session_to_item(session)), value_size(added)
 
     # ------------------------------------------------------------ tasks
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
