@@ -386,6 +386,13 @@ def event_to_item(event: Event, written_at: str, expires_at: int) -> dict[str, A
     return item
 
 
+def event_from_item(item: Mapping[str, Any]) -> Event:
+    payload = item["payload"]  # JSON, as stored
+    return Event(id=item["event_id"], workspace_id=item["workspace_id"], type=item["type"], task_id=item["task_id"],
+                 session_id=item.get("session_id"), at=item["at"],
+                 payload=json.loads(payload) if isinstance(payload, str) else payload)
+
+
 def archive_from_item(item: Mapping[str, Any]) -> Bundle:
     return bundle_from_item(item["item_id"], item["bundle"])
 

@@ -51,8 +51,10 @@ class DynamoRecords:
             return False
 
     def list_tasks(self, workspace_id: str) -> list[Task]:
-        return guarded(lambda: [codec.task_from_item(codec.plain(r.attribute_values))
-                                for r in TaskRecord.by_workspace.query(workspace_id)])
+        return query_all(self.client, lambda i: codec.task_from_item(codec.from_attrs(i)),
+                         TableName=TaskRecord.Meta.table_name, IndexName=TaskRecord.by_workspace.Meta.index_name,
+                         KeyConditionExpression="workspace_id = :w",
+                         ExpressionAttributeValues={":w": {"S": workspace_id}})
 
     def page_tasks(self, workspace_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Task]:
         start = ({"workspace_id": {"S": workspace_id}, "list_key": {"S": after[0]}, "task_id": {"S": after[1]}}
@@ -88,18 +90,15 @@ class DynamoRecords:
 
     def get_sessions(self, session_ids: Sequence[str]) -> list[Session]:
         keys = [{"session_id": {"S": sid}} for sid in dict.fromkeys(session_ids)]
-        return [codec.session_from_item(i) for i in _batch_get(self.client, SessionRecord.Meta.table_name, keys)]
+        return [codec.session_from_item(i) for i in batch_get(self.client, SessionRecord.Meta.table_name, keys)]
 
     # ---------------------------------------------------------------- idempotency records
     def get_remembered(self, key: str) -> Remembered | None:
-        def get() -> Remembered | None:
-            try:
-                rec = IdempotencyRecord.get(key, consistent_read=True)
-            except IdempotencyRecord.DoesNotExist:
-                return None
-            return Remembered(key=rec.key, fingerprint=rec.fingerprint, response=rec.response,
-                              expires_at=int(rec.expires_at.timestamp()) if rec.expires_at else 0)
-        return guarded(get)
+        item = _get(self.client, IdempotencyRecord.Meta.table_name, {"key": {"S": key}})
+        if item is None:
+            return None
+        return Remembered(key=item["key"], fingerprint=item["fingerprint"], response=json.loads(item["response"]),
+                          expires_at=int(item.get("expires_at") or 0))
 
     def remember(self, entry: Remembered) -> None:
         try:
@@ -151,18 +150,18 @@ class DynamoRecords:
             return False
 
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
-        def query() -> tuple[list[TurnRecord], list[Message]]:
-            turns, messages = [], []
-            for rec in HistoryRecord.query(session_id, consistent_read=True):
-                item = codec.plain(rec.attribute_values)
-                if item.get("deleted") or item["kind"] == "archive":
-                    continue
-                if item["kind"] == "turn":
-                    turns.append(codec.turn_record_from_history(item))
-                else:
-                    messages.append(codec.message_from_history(item))
-            return turns, messages
-        return guarded(query)
+        items = query_all(self.client, codec.from_attrs, TableName=HistoryRecord.Meta.table_name,
+                          ConsistentRead=True, KeyConditionExpression="session_id = :s",
+                          ExpressionAttributeValues={":s": {"S": session_id}})
+        turns, messages = [], []
+        for item in items:
+            if item.get("deleted") or item["kind"] == "archive":
+                continue
+            if item["kind"] == "turn":
+                turns.append(codec.turn_record_from_history(item))
+            else:
+                messages.append(codec.message_from_history(item))
+        return turns, messages
 
     def page_messages(self, session_id: str, limit: int, before: str | None) -> Paged[tuple[str, Message]]:
         kwargs: dict[str, Any] = {
@@ -199,7 +198,7 @@ class DynamoRecords:
     def get_archived_many(self, session_id: str, bundle_ids: Sequence[str]) -> list[Bundle]:
         keys = [{"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(b)}}
                 for b in dict.fromkeys(bundle_ids)]
-        return [codec.archive_from_item(i) for i in _batch_get(self.client, HistoryRecord.Meta.table_name, keys)]
+        return [codec.archive_from_item(i) for i in batch_get(self.client, HistoryRecord.Meta.table_name, keys)]
 
     # ---------------------------------------------------------------- archived bundles (history records)
     def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None:
@@ -251,40 +250,60 @@ class DynamoRecords:
 
     def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
                     limit: int) -> list[tuple[str, str, Event]]:
-        def query() -> list[tuple[str, str, Event]]:
-            out = []
-            cond = (EventRecord.sk > after_sk) | (EventRecord.written_at > written_after)
-            key_cond = EventRecord.sk > low_sk if low_sk else None
-            for rec in EventRecord.query(workspace_id, key_cond, filter_condition=cond, consistent_read=True,
-                                         page_size=limit):  # one Query when the page is all news
-                out.append((rec.sk, rec.written_at, Event(
-                    id=rec.event_id, workspace_id=rec.workspace_id, type=rec.type, task_id=rec.task_id,
-                    session_id=rec.session_id, payload=rec.payload, at=rec.at)))
-                if len(out) >= limit:
-                    break
-            return out
-        return guarded(query)
+        kwargs: dict[str, Any] = {
+            "TableName": EventRecord.Meta.table_name, "ConsistentRead": True, "Limit": limit,
+            "KeyConditionExpression": "workspace_id = :w" + (" AND sk > :low" if low_sk else ""),
+            "FilterExpression": "sk > :after OR written_at > :written",
+            "ExpressionAttributeValues": {":w": {"S": workspace_id}, ":after": {"S": after_sk},
+                                          ":written": {"S": written_after},
+                                          **({":low": {"S": low_sk}} if low_sk else {})}}
+        out: list[tuple[str, str, Event]] = []
+        while len(out) < limit:  # one Query when the page is all news
+            resp = guarded(lambda: self.client.query(**kwargs))
+            out.extend((i["sk"], i["written_at"], codec.event_from_item(i))
+                       for i in map(codec.from_attrs, resp.get("Items", [])))
+            if "LastEvaluatedKey" not in resp:
+                break
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        return out[:limit]
 
     # ---------------------------------------------------------------- meta and reconciler work
     def get_meta(self, key: str) -> str | None:
-        def get() -> str | None:
-            try:
-                return str(MetaRecord.get(key, consistent_read=True).value)
-            except MetaRecord.DoesNotExist:
-                return None
-        return guarded(get)
+        item = _get(self.client, MetaRecord.Meta.table_name, {"key": {"S": key}})
+        return str(item["value"]) if item is not None else None
 
     def set_meta(self, key: str, value: str, at: str) -> None:
-        guarded(lambda: MetaRecord(key, value=value, updated_at=at).save())
+        item = {"key": {"S": key}, "value": {"S": value}, "updated_at": {"S": at}}
+        guarded(lambda: self.client.put_item(TableName=MetaRecord.Meta.table_name, Item=item))
 
     def list_meta(self, prefix: str) -> dict[str, str]:
-        return guarded(lambda: {str(r.key): str(r.value) for r in MetaRecord.scan(MetaRecord.key.startswith(prefix))})
+        kwargs: dict[str, Any] = {"TableName": MetaRecord.Meta.table_name, "FilterExpression": "begins_with(#k, :p)",
+                                  "ExpressionAttributeNames": {"#k": "key"},
+                                  "ExpressionAttributeValues": {":p": {"S": prefix}}}
+        out: dict[str, str] = {}
+        while True:
+            resp = guarded(lambda: self.client.scan(**kwargs))
+            out.update((i["key"]["S"], i["value"]["S"]) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return out
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
     def due_sessions(self, before: str | None) -> list[str]:
-        def query() -> list[str]:
-            cond = SessionRecord.recon_due < before if before else None
-            return [r.session_id for r in SessionRecord.reconciler_work.query(RECON_SHARD, cond)]
-        return guarded(query)
+        return reconciler_work(self.client, RECON_SHARD, before)
+
+
+def reconciler_work(client: Any, shard: str, before: str | None = None) -> list[str]:
+    """The session ids in one partition of the sparse reconciler index (due before `before`, if given)."""
+    values = {":s": {"S": shard}, **({":b": {"S": before}} if before else {})}
+    return query_all(client, lambda i: i["session_id"]["S"], TableName=SessionRecord.Meta.table_name,
+                     IndexName=SessionRecord.reconciler_work.Meta.index_name, ExpressionAttributeValues=values,
+                     KeyConditionExpression="recon_shard = :s" + (" AND recon_due < :b" if before else ""))
+
+
+def _get(client: Any, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    """One strongly consistent GetItem, decoded (None: no such item)."""
+    item = guarded(lambda: client.get_item(TableName=table, Key=key, ConsistentRead=True)).get("Item")
+    return codec.from_attrs(item) if item else None
 
 
 PAGE_QUERIES = 4  # a transcript page reads at most this many Query pages
@@ -300,11 +319,13 @@ def _one_page(client: Any, limit: int, start: dict[str, Any] | None,
     return items[:limit], len(items) > limit
 
 
-def _batch_get(client: Any, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """BatchGetItem (strongly consistent) in requests of 100 keys, unprocessed keys asked again."""
+def batch_get(client: Any, table: str, keys: list[dict[str, Any]], projection: str = "") -> list[dict[str, Any]]:
+    """BatchGetItem (strongly consistent) in requests of 100 keys, unprocessed keys asked again; with
+    `projection`, only those attributes come back."""
     out: list[dict[str, Any]] = []
     for start in range(0, len(keys), 100):
-        request: dict[str, Any] = {table: {"Keys": keys[start:start + 100], "ConsistentRead": True}}
+        request: dict[str, Any] = {table: {"Keys": keys[start:start + 100], "ConsistentRead": True,
+                                           **({"ProjectionExpression": projection} if projection else {})}}
         for _ in range(10):
             resp = guarded(lambda r=request: client.batch_get_item(RequestItems=r))  # type: ignore[misc]
             out.extend(codec.from_attrs(i) for i in resp.get("Responses", {}).get(table, []))
