@@ -40,10 +40,10 @@ class DynamoFeedIndex:
 
 
 class MemoryFeedIndex:
-    """Over a MemoryStore's feed (`events`: workspace -> sort key -> (written_at, event))."""
+    """Over a MemoryStore's feed table (`tables["events"]`: (workspace, sort key) -> item)."""
 
-    def __init__(self, feed: Mapping[str, Mapping[str, object]]) -> None:
+    def __init__(self, feed: Mapping[tuple[str, str], object]) -> None:
         self.feed = feed
 
     def present(self, events: Sequence[Event]) -> set[str]:
-        return {e.id for e in events if feed_key(e)[1] in self.feed.get(e.workspace_id, {})}
+        return {e.id for e in events if feed_key(e) in self.feed}

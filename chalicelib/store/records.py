@@ -7,48 +7,53 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import Any, TypeVar
 
-from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreUnavailable
+from ..domain.errors import StoreUnavailable
 from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
-from ..domain.time import parse_iso
 from . import codec
-from .errors import guarded
-from .expr import Expr, to_attr
-from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
+from .document import Write
+from .errors import guarded, storage_errors
+from .expr import to_attr
+from .models import (
+    BASE_NAMES,
+    EventRecord,
+    HistoryRecord,
+    IdempotencyRecord,
+    MetaRecord,
+    SessionRecord,
+    TaskRecord,
+)
+from .plain import PlainRecords, RecordWrite, remember_item
 from .protocol import Paged, Remembered
-from .size import ensure_fits
 from .writes import RECON_SHARD
 
 T = TypeVar("T")
-EVENT_TTL = timedelta(days=7)
 
 
-class DynamoRecords:
+class DynamoRecords(PlainRecords):
+    """The plain records on DynamoDB: every write (chalicelib.store.plain) one request, and the reads."""
+
     client: Any
 
-    # ---------------------------------------------------------------- tasks
-    def put_task(self, task: Task) -> None:
-        item = codec.task_to_item(task)
-        guarded(lambda: self.client.put_item(
-            TableName=TaskRecord.Meta.table_name, Item=_attrs(item),
-            ConditionExpression="attribute_not_exists(task_id)"))
+    def _record(self, write: RecordWrite) -> None:
+        table = str(MODELS[write.table].Meta.table_name)
+        key = _attrs(write.key)
+        condition = _condition(write)
+        with storage_errors():
+            if write.delete:
+                self.client.delete_item(TableName=table, Key=key, **condition)
+            elif write.item is not None:
+                self.client.put_item(TableName=table, Item=_attrs(write.item), **condition)
+            else:
+                self.client.update_item(TableName=table, Key=key, **write.write.render())
 
+    # ---------------------------------------------------------------- tasks
     def get_task(self, task_id: str) -> Task | None:
         resp = guarded(lambda: self.client.get_item(TableName=TaskRecord.Meta.table_name,
                                                     Key={"task_id": {"S": task_id}}, ConsistentRead=True))
         item = resp.get("Item")
         return codec.task_from_item(codec.from_attrs(item)) if item else None
-
-    def delete_task(self, task_id: str) -> bool:
-        try:
-            guarded(lambda: self.client.delete_item(TableName=TaskRecord.Meta.table_name,
-                                                    Key={"task_id": {"S": task_id}},
-                                                    ConditionExpression="attribute_exists(task_id)"))
-            return True
-        except ConditionFailed:
-            return False
 
     def list_tasks(self, workspace_id: str) -> list[Task]:
         return query_all(self.client, lambda i: codec.task_from_item(codec.from_attrs(i)),
@@ -100,55 +105,7 @@ class DynamoRecords:
         return Remembered(key=item["key"], fingerprint=item["fingerprint"], response=json.loads(item["response"]),
                           expires_at=int(item.get("expires_at") or 0))
 
-    def remember(self, entry: Remembered) -> None:
-        try:
-            guarded(lambda: self.client.put_item(**remember_put(entry)))
-        except ConditionFailed as exc:
-            raise AlreadyRemembered("this idempotency key was already used") from exc
-
-    def update_remembered(self, entry: Remembered) -> None:
-        put = remember_put(entry)
-        put["ConditionExpression"] = "attribute_exists(#k)"
-        try:
-            guarded(lambda: self.client.put_item(**put))
-        except ConditionFailed:
-            pass  # never created: nothing to update
-
     # ---------------------------------------------------------------- history
-    def put_message(self, message: Message) -> bool:
-        item = codec.message_to_item(message)
-        ensure_fits(item)
-        return _create(self.client, HistoryRecord.Meta.table_name, item)
-
-    def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:
-        e = Expr()
-        fields: list[tuple[str, Any]] = [("kind", "turn"), ("item_id", record.id), ("workspace_id", workspace_id),
-                                         ("task_id", task_id), ("turn_id", record.id), ("turn_seq", record.seq),
-                                         ("turn_order", record.seq), ("created_at", record.started_at)]
-        if record.completed_at:  # never un-complete a record on redelivery
-            fields.append(("completed_at", record.completed_at))
-        update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields)
-        guarded(lambda: self.client.update_item(
-            TableName=HistoryRecord.Meta.table_name,
-            Key={"session_id": {"S": record.session_id}, "sk": {"S": codec.history_sk_turn(record.seq)}},
-            UpdateExpression=update, **e.placeholders()))
-
-    def delete_message(self, message: Message) -> bool:
-        """Tombstone the message (kept, hidden), recorded or not yet: put_message never recreates it."""
-        key = {"session_id": {"S": message.session_id},
-               "sk": {"S": codec.history_sk_message(message.turn_seq, message.created_at, message.id)}}
-        e = Expr()
-        fields = {k: v for k, v in codec.message_to_item(message).items() if k not in ("session_id", "sk")}
-        fields["deleted"] = True
-        update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields.items())
-        try:
-            guarded(lambda: self.client.update_item(
-                TableName=HistoryRecord.Meta.table_name, Key=key, UpdateExpression=update,
-                ConditionExpression=f"NOT {e.path('deleted')} = {e.value(True)}", **e.placeholders()))
-            return True
-        except ConditionFailed:
-            return False
-
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
         items = query_all(self.client, codec.from_attrs, TableName=HistoryRecord.Meta.table_name,
                           ConsistentRead=True, KeyConditionExpression="session_id = :s",
@@ -215,39 +172,7 @@ class DynamoRecords:
                          ExpressionAttributeValues={":s": {"S": session_id},
                                                     ":a": {"S": codec.history_sk_archive("")}})
 
-    def mark_archived(self, session_id: str, bundle_id: str, *, dismissed_by: str | None = None,
-                      late_message_id: str | None = None) -> bool:
-        e = Expr()
-        sets = []
-        if dismissed_by is not None:
-            sets.append(f"{e.path('bundle', 'dismissed_by', dismissed_by)} = {e.value(True)}")
-        if late_message_id is not None:
-            sets.append(f"{e.path('bundle', 'late_message_id')} = {e.value(late_message_id)}")
-        try:
-            guarded(lambda: self.client.update_item(
-                TableName=HistoryRecord.Meta.table_name, UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression=f"attribute_exists({e.path('sk')})",
-                Key={"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(bundle_id)}},
-                **e.placeholders()))
-            return True
-        except ConditionFailed:
-            return False
-
-    def delete_archived(self, session_id: str, bundle_id: str) -> bool:
-        try:
-            guarded(lambda: self.client.delete_item(
-                TableName=HistoryRecord.Meta.table_name, ConditionExpression="attribute_exists(sk)",
-                Key={"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(bundle_id)}}))
-            return True
-        except ConditionFailed:
-            return False
-
     # ---------------------------------------------------------------- events
-    def put_event(self, event: Event, written_at: str) -> bool:
-        item = codec.event_to_item(event, written_at, int((parse_iso(written_at) + EVENT_TTL).timestamp()))
-        ensure_fits(item)
-        return _create(self.client, EventRecord.Meta.table_name, item)
-
     def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
                     limit: int) -> list[tuple[str, str, Event]]:
         kwargs: dict[str, Any] = {
@@ -271,10 +196,6 @@ class DynamoRecords:
     def get_meta(self, key: str) -> str | None:
         item = _get(self.client, MetaRecord.Meta.table_name, {"key": {"S": key}})
         return str(item["value"]) if item is not None else None
-
-    def set_meta(self, key: str, value: str, at: str) -> None:
-        item = {"key": {"S": key}, "value": {"S": value}, "updated_at": {"S": at}}
-        guarded(lambda: self.client.put_item(TableName=MetaRecord.Meta.table_name, Item=item))
 
     def list_meta(self, prefix: str) -> dict[str, str]:
         kwargs: dict[str, Any] = {"TableName": MetaRecord.Meta.table_name, "FilterExpression": "begins_with(#k, :p)",
@@ -338,11 +259,8 @@ def batch_get(client: Any, table: str, keys: list[dict[str, Any]], projection: s
 
 
 def remember_put(entry: Remembered) -> dict[str, Any]:
-    """PutItem arguments creating the idempotency record (alone, or inside the admission's transaction)."""
-    return {"TableName": IdempotencyRecord.Meta.table_name,
-            "Item": {"key": {"S": entry.key}, "fingerprint": {"S": entry.fingerprint},
-                     "response": {"S": json.dumps(dict(entry.response))},
-                     "expires_at": {"N": str(entry.expires_at)}},
+    """PutItem arguments creating the idempotency record inside the admission's transaction."""
+    return {"TableName": IdempotencyRecord.Meta.table_name, "Item": _attrs(remember_item(entry)),
             "ConditionExpression": "attribute_not_exists(#k)", "ExpressionAttributeNames": {"#k": "key"}}
 
 
@@ -368,11 +286,8 @@ def _attrs(item: dict[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in item.items()}
 
 
-def _create(client: Any, table: str, item: dict[str, Any]) -> bool:
-    """Create-if-absent (on the sort key); False when the record already exists."""
-    try:
-        guarded(lambda: client.put_item(TableName=table, Item=_attrs(item),
-                                        ConditionExpression="attribute_not_exists(sk)"))
-        return True
-    except ConditionFailed:
-        return False
+def _condition(write: RecordWrite) -> dict[str, Any]:
+    return Write(write.condition, ()).render_check() if write.condition else {}
+
+
+MODELS = {base: model for model, base in BASE_NAMES.items()}  # base table name -> model (its configured name)

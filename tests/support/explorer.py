@@ -45,7 +45,7 @@ from chalicelib.store.document import Write
 from chalicelib.store.dynamo import DynamoStore
 from chalicelib.store.expr import to_attr
 from chalicelib.store.memory import MemoryStore
-from chalicelib.store.models import HistoryRecord, TaskRecord
+from chalicelib.store.models import HistoryRecord, IdempotencyRecord, TaskRecord
 from tests.support.crash import WRITE_METHODS
 from tests.support.fakes import PromptCall
 from tests.support.harness import USER, World, settle
@@ -138,12 +138,13 @@ class Lockstep(GuardOracle):
         for task in list(self.tasks.values()):
             client.put_item(TableName=str(TaskRecord.Meta.table_name),
                             Item={k: to_attr(v) for k, v in codec.task_to_item(task).items()})
-        for entry in list(self.remembered.values()):
-            self.dynamo.remember(entry)
-        for records in list(self.archive.values()):
-            for record in list(records.values()):
+        for item in list(self.tables["idempotency"].values()):
+            client.put_item(TableName=str(IdempotencyRecord.Meta.table_name),
+                            Item={k: to_attr(v) for k, v in item.items()})
+        for item in list(self.tables["history"].values()):
+            if item["kind"] == "archive":
                 client.put_item(TableName=str(HistoryRecord.Meta.table_name),
-                                Item={k: to_attr(v) for k, v in record.items()})
+                                Item={k: to_attr(v) for k, v in item.items()})
         self.mirroring = True
 
     def compare(self) -> list[str]:
