@@ -114,7 +114,7 @@ def row_to_item(r: Row) -> dict[str, Any]:
 
 def bundle_to_item(b: Bundle) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "turn_id": b.turn_id, "message_id": b.message_id, "created_at": b.created_at, "context": b.context,
+        "turn_id": b.turn_id, "created_at": b.created_at, "context": b.context,
         "order": [r.question.question_id for r in b.rows],
         "rows": {r.question.question_id: row_to_item(r) for r in b.rows},
         "dismissed_by": {sub: True for sub in b.dismissed_by},
@@ -125,8 +125,13 @@ def bundle_to_item(b: Bundle) -> dict[str, Any]:
         item["waiter_until"] = b.waiter_until
     if b.late_message_id:
         item["late_message_id"] = b.late_message_id
+    # DynamoDB bills every byte of the item, names included, on each write of the aggregate: the transcript
+    # message id is kept only when it is not the bundle's own id (it always is, for a bundle asked today), and
+    # the turn's number is named as a turn's own is ("seq").
+    if b.message_id != b.id:
+        item["message_id"] = b.message_id
     if b.turn_seq:
-        item["turn_seq"] = b.turn_seq
+        item["seq"] = b.turn_seq
     return item
 
 
@@ -217,11 +222,11 @@ def bundle_from_item(bundle_id: str, item: Mapping[str, Any]) -> Bundle:
         for qid in order if qid in rows_item
     )
     dismissed = item.get("dismissed_by") or {}
-    return Bundle(id=bundle_id, turn_id=item.get("turn_id", ""), message_id=item.get("message_id", ""),
+    return Bundle(id=bundle_id, turn_id=item.get("turn_id", ""), message_id=item.get("message_id") or bundle_id,
                   created_at=item.get("created_at", ""), context=item.get("context", ""), rows=rows,
                   delivery=delivery_from_item(item.get("delivery")), waiter_until=item.get("waiter_until") or None,
                   dismissed_by=tuple(sorted(k for k, v in dismissed.items() if flag(v))),
-                  late_message_id=item.get("late_message_id") or None, turn_seq=int(item.get("turn_seq") or 0))
+                  late_message_id=item.get("late_message_id") or None, turn_seq=int(item.get("seq") or 0))
 
 
 def session_from_item(item: Mapping[str, Any]) -> Session:

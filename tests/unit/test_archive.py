@@ -80,7 +80,7 @@ def test_long_session__open_questions_fill_it__session_full_as_before() -> None:
     """Only closed questions move: open ones still count, so the budget still refuses."""
     w = _long_session(budget=4 * 1024, compact=1024)
     sid = w.session("start").id
-    big = [{"question_id": "q1", "prompt": "y" * 1500,
+    big = [{"question_id": "q1", "prompt": "y" * 1800,  # one fits the 4 KB budget, two do not
             "options": [{"option_id": "a", "label": "A"}, {"option_id": "b", "label": "B"}]}]
     w.ask(sid, big)
     with pytest.raises(ItemTooLarge):
