@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 from ..domain.model import (
@@ -30,17 +29,6 @@ from ..domain.model import (
 )
 from ..domain.rules import flag
 from .attrs import from_attr
-
-
-def plain(value: Any) -> Any:
-    """Decimals from DynamoDB become ints (we store no fractional numbers)."""
-    if isinstance(value, Decimal):
-        return int(value)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [plain(v) for v in value]
-    return value
 
 
 def from_attrs(item: Mapping[str, Any]) -> dict[str, Any]:
