@@ -60,6 +60,8 @@ ALLOWED_UNREACHED: dict[str, str] = {
     "rename_task": "the user's own bookkeeping on the task record; no clarification flow races it",
     "delete_task": "removes the task record only after its sessions were cancelled (that cancel is raced)",
     "put_task": "creates a task record nothing else can name yet; the sessions created in it are raced",
+    "list_old_task": "the reconciler's backfill sets list_key only where it is missing (a summary write that set it "
+                     "first wins by that condition); the crash-point harness covers it",
 }
 
 
