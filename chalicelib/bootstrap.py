@@ -157,6 +157,7 @@ def build() -> Deps:
         return mint(auth.dev_secret, sub=f"agent:{session_id}", role="agent", workspace_id=workspace_id,
                     session_id=session_id)
 
+    store = DynamoStore()
     return Deps(
         store=store,
         agentctl=HttpAgentctl(os.environ.get("CLARIFY_AGENTCTL_URL", "http://127.0.0.1:8001"),
@@ -167,7 +168,7 @@ def build() -> Deps:
         settings=Settings(deployment_id=os.environ.get("CLARIFY_DEPLOYMENT_ID", "default")),
         sleep=time.sleep,
         bus=bus,
-        feed_index=DynamoFeedIndex() if bus is not None else None,
+        feed_index=DynamoFeedIndex(store) if bus is not None else None,
         devices=DynamoDevices(store.client),
         pusher=pusher(),
     )

@@ -124,6 +124,7 @@ class Bundle:
     waiter_until: str | None = None
     dismissed_by: tuple[str, ...] = ()
     late_message_id: str | None = None
+    turn_seq: int = 0  # its turn's sequence number, where its transcript anchor sorts (0: stored before it was kept)
 
 
 @dataclass(frozen=True)

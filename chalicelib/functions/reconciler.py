@@ -9,7 +9,8 @@ sparse reconciler index, so its cost grows with outstanding work, not with the n
 
 Order per session: reservations (an attempted one becomes the start-event outbox marker), then start-event
 replay, then response-delivery intents, then prompts, then lapsed waiter leases and due watchdogs; finally
-the owner deadline is rescheduled or cleared.
+the owner deadline is rescheduled or cleared. Every run then takes a bounded step of the backfills of items
+stored before an attribute existed (chalicelib.services.backfill) until they are done.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .. import observability as obs
 from ..domain.errors import ConditionFailed, DispatchAmbiguous, DispatchFailed, DomainError, StoreUnavailable
 from ..domain.model import Dispatch, Session
 from ..domain.rules import bundle_is_active, moved_on, row_pending
-from ..services import watchdog
+from ..services import backfill, watchdog
 from ..services.clarifications import pause_for_input
 from ..services.deps import Deps
 from ..services.dispatch import dispatch_prompt, retire_ambiguous
@@ -55,6 +56,7 @@ class Report:
     watchdogs_fired: int = 0
     ready_settled: int = 0  # delayed ready frames applied or dropped once their reservation resolved
     queue_drained: int = 0
+    tasks_listed: int = 0  # old tasks given their place in the task list's index (services.backfill)
     quarantined: list[str] = field(default_factory=list)  # set apart by this run: it could not repair them
     errors: list[str] = field(default_factory=list)
 
@@ -76,12 +78,22 @@ def reconcile(deps: Deps, *, before_traffic: bool) -> Report:
         except Exception as exc:  # this session's item itself: set it apart, never let it hold the others
             log.exception("reconciling session %s failed: quarantined", session_id)
             _quarantine(deps, session_id, f"{type(exc).__name__}: {exc}", report)
+    _backfill(deps, report)
     obs.report_metrics(report)
     if report.errors:
         raise ReconcileFailed("; ".join(report.errors))
     if before_traffic:
         mark_ready(deps)
     return report
+
+
+def _backfill(deps: Deps, report: Report) -> None:
+    """A bounded, resumable step of the backfills (both triggers: a step a run until it is done)."""
+    try:
+        report.tasks_listed += backfill.list_old_tasks(deps)
+    except StoreUnavailable as exc:  # the next run goes on from the last position it kept
+        log.error("backfilling the task list: %s", exc)
+        report.errors.append(f"backfill: {exc}")
 
 
 def _quarantine(deps: Deps, session_id: str, reason: str, report: Report) -> None:

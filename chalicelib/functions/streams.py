@@ -22,7 +22,7 @@ from ..domain.rules import pending_action, published_turn
 from ..services import archive, stream_health
 from ..services.deps import Deps, iso
 from ..services.events import emit, emit_event, emit_for, turn_completed, turn_started
-from ..services.history import bundle_message, prompt_message
+from ..services.history import anchor_seq, bundle_message, prompt_message
 from ..services.outbox import Outbox
 from ..services.projection import publish_summary, refresh_task_summary
 from ..services.publication import flush
@@ -160,8 +160,7 @@ def _bundles(deps: Deps, old: Session | None, new: Session) -> None:
     for bundle in new.bundles:
         previous = before.get(bundle.id)
         if previous is None:
-            seq = new.current_turn.seq if new.current_turn and new.current_turn.id == bundle.turn_id else 0
-            deps.store.put_message(bundle_message(new, bundle.id, seq))
+            deps.store.put_message(bundle_message(new, bundle.id, anchor_seq(new, bundle)))
             continue
         changed = changed_rows(previous, bundle) if not _claim_unconfirmed(bundle) else []
         if changed:

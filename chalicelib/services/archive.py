@@ -13,7 +13,7 @@ before it moved; a late answer links to the record and a dismissal marks it (`ma
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from ..domain.errors import ConditionFailed
@@ -76,12 +76,17 @@ def mark(deps: Deps, session: Session, bundle: Bundle, *, dismissed_by: str | No
                                     late_message_id=late_message_id)
 
 
-def compact(deps: Deps, session: Session) -> Session | None:
+def compact(deps: Deps, session: Session, anchor: Callable[[Bundle], None] | None = None) -> Session | None:
     """Archive every closed bundle of `session`; returns the smaller aggregate, or None when none was
-    closed. A lost race (ConditionFailed, carrying the current aggregate) leaves everything as it was."""
+    closed. A lost race (ConditionFailed, carrying the current aggregate) leaves everything as it was.
+    `anchor` first writes a bundle's transcript anchor (idempotent), for a caller that cannot know whether the
+    stream function copied it yet."""
     closed = [b for b in session.bundles if archivable(session, b)]
     if not closed:
         return None
+    if anchor is not None:
+        for bundle in closed:
+            anchor(bundle)
     while closed:
         batch, closed = closed[:BATCH], closed[BATCH:]
         session = deps.store.archive_bundles(session, batch, deps.now())

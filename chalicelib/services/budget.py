@@ -9,30 +9,34 @@ counts, so a long session stays small and its writes cheap.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from ..domain.errors import ConditionFailed, ItemTooLarge
-from ..domain.model import Session
-from ..store import codec
-from ..store.size import item_size, value_size
+from ..domain.model import Bundle, Prompt, Session
 from . import archive
 from .deps import Deps
+from .history import bundle_message
 
 
-def ensure_room(deps: Deps, session: Session, field: str, addition: dict[str, Any]) -> None:
+def ensure_room(deps: Deps, session: Session, field: str, addition: Bundle | Prompt) -> None:
     """Raise 409 session_full (final, naming `field`) when adding `addition` would pass the budget.
 
     A session past the compaction size first archives its closed bundles, then raises ConditionFailed with
     the smaller aggregate: the caller's retry loop decides again on it.
     """
     budget = deps.settings.session_budget_bytes
-    used = item_size(codec.session_to_item(session))
-    adding = value_size(addition)
+    used, adding = deps.store.room(session, addition)
     if used + adding > deps.settings.session_compact_bytes:
-        compacted = archive.compact(deps, session)
+        compacted = archive.compact(deps, session, anchor=lambda b: _anchor(deps, session, b))
         if compacted is not None:
             raise ConditionFailed("closed questions moved to history", current=compacted)
     if used + adding > budget:
         raise ItemTooLarge(f"the session holds {used // 1024} KB and this {field} adds {adding // 1024} KB: "
                            f"over its budget of {budget // 1024} KB. Start a new session, or send less",
                            field=field, used_bytes=used, adding_bytes=adding, budget_bytes=budget)
+
+
+def _anchor(deps: Deps, session: Session, bundle: Bundle) -> None:
+    """A closed bundle leaving before the stream function copied its transcript anchor (the stream lags) would
+    be missing from the transcript until it did: its anchor is written first, where the stream files it (the
+    stream's own copy then finds it there, and a deleted one's tombstone is never overwritten)."""
+    if bundle.turn_seq:  # stored before bundles kept their turn's number: the stream's copy only
+        deps.store.put_message(bundle_message(session, bundle.id, bundle.turn_seq))

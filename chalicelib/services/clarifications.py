@@ -15,7 +15,6 @@ from ..domain import clarify
 from ..domain.commands import Ask
 from ..domain.errors import ClarificationInactive, NotFound, SessionUnavailable, TurnConflict
 from ..domain.model import TERMINAL_STATES, Bundle, Row, Session, State, Turn
-from ..store import codec
 from . import archive
 from .access import session_for_agent, session_for_user
 from .budget import ensure_room
@@ -78,8 +77,8 @@ def ask(deps: Deps, caller: Caller, session_id: str, command: Ask) -> Bundle:
         # lapses; its first wait renews it.
         bundle = Bundle(id=cid, turn_id=owner.id, message_id=cid, created_at=now, context=command.context,
                         rows=tuple(Row(question=q, status=clarify.PENDING) for q in command.questions),
-                        waiter_until=deps.after(deps.settings.ask_lease))
-        ensure_room(deps, s, "questions", codec.bundle_to_item(bundle))
+                        waiter_until=deps.after(deps.settings.ask_lease), turn_seq=owner.seq)
+        ensure_room(deps, s, "questions", bundle)
         deps.store.add_bundle(s.id, bundle, expected_turn_id=turn.id if turn else None, new_turn=new_turn,
                               from_states=LIVE_STATES, state=State.WAITING_FOR_INPUT, at=now)
         return bundle

@@ -136,7 +136,8 @@ def _with_bundles(session: Session, messages: list[Message]) -> list[Message]:
     seqs = {r_id: seq for r_id, seq in _turn_seqs(session, messages).items()}
     for bundle in session.bundles:
         if bundle.id not in known:
-            out.append(bundle_message(session, bundle.id, seqs.get(bundle.turn_id, session.turn_seq)))
+            seq = bundle.turn_seq or seqs.get(bundle.turn_id, session.turn_seq)
+            out.append(bundle_message(session, bundle.id, seq))
     return sorted(out, key=lambda m: (m.turn_seq, m.created_at, m.id))
 
 
@@ -145,6 +146,15 @@ def _turn_seqs(session: Session, messages: list[Message]) -> dict[str, int]:
     if session.current_turn:
         seqs[session.current_turn.id] = session.current_turn.seq
     return seqs
+
+
+def anchor_seq(session: Session, bundle: Bundle) -> int:
+    """Where the stream function files a bundle's transcript anchor: its turn's sequence number (kept on the
+    bundle; a bundle stored before it was kept: its turn's, when that is the current one, else 0)."""
+    if bundle.turn_seq:
+        return bundle.turn_seq
+    turn = session.current_turn
+    return turn.seq if turn is not None and turn.id == bundle.turn_id else 0
 
 
 def bundle_message(session: Session, bundle_id: str, turn_seq: int) -> Message:

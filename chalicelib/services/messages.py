@@ -36,7 +36,6 @@ from ..domain.errors import (
 from ..domain.model import INPUT_CAPABLE_STATES, Dispatch, Message, Prompt, Session, Turn
 from ..domain.respond import LateAnswer, late_answer
 from ..domain.rules import bundle_is_active, input_capable
-from ..store import codec
 from ..store.protocol import Remembered
 from . import archive
 from .access import session_for_user
@@ -199,7 +198,7 @@ def _send(deps: Deps, caller: Caller, session: Session, client_message_id: str, 
           late: LateAnswer | None, remember: tuple[str, str] | None) -> Admission:
     turn = Turn(id=deps.new_id(), seq=session.turn_seq + 1, started_at=deps.now())
     prompt = _prompt(deps, caller, session, client_message_id, text, late, turn.id)
-    ensure_room(deps, session, "content", codec.prompt_to_item(prompt))
+    ensure_room(deps, session, "content", prompt)
     admission = Admission(prompt.message_id, "sent", turn.id)
     entry = _remembered(deps, remember, admission.as_dict())
     session = deps.store.admit(session.id, prompt, start=turn,
@@ -241,7 +240,7 @@ def _queue(deps: Deps, caller: Caller, session: Session, client_message_id: str,
         raise QueueFull(f"the session already queues {len(session.queue)} messages; send again once the "
                         "agent's turn ends")
     prompt = _prompt(deps, caller, session, client_message_id, text, late, "")
-    ensure_room(deps, session, "content", codec.prompt_to_item(prompt))
+    ensure_room(deps, session, "content", prompt)
     admission = Admission(prompt.message_id, "queued", None)
     admitted = deps.store.admit(session.id, prompt, start=None, expected_turn_id=session.current_turn.id,
                                 from_states=INPUT_CAPABLE_STATES, link_bundle=_linked(session, late),

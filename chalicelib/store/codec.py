@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 from ..domain.model import (
@@ -30,17 +29,6 @@ from ..domain.model import (
 )
 from ..domain.rules import flag
 from .attrs import from_attr
-
-
-def plain(value: Any) -> Any:
-    """Decimals from DynamoDB become ints (we store no fractional numbers)."""
-    if isinstance(value, Decimal):
-        return int(value)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [plain(v) for v in value]
-    return value
 
 
 def from_attrs(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,7 +102,7 @@ def row_to_item(r: Row) -> dict[str, Any]:
 
 def bundle_to_item(b: Bundle) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "turn_id": b.turn_id, "message_id": b.message_id, "created_at": b.created_at, "context": b.context,
+        "turn_id": b.turn_id, "created_at": b.created_at, "context": b.context,
         "order": [r.question.question_id for r in b.rows],
         "rows": {r.question.question_id: row_to_item(r) for r in b.rows},
         "dismissed_by": {sub: True for sub in b.dismissed_by},
@@ -125,6 +113,13 @@ def bundle_to_item(b: Bundle) -> dict[str, Any]:
         item["waiter_until"] = b.waiter_until
     if b.late_message_id:
         item["late_message_id"] = b.late_message_id
+    # DynamoDB bills every byte of the item, names included, on each write of the aggregate: the transcript
+    # message id is kept only when it is not the bundle's own id (it always is, for a bundle asked today), and
+    # the turn's number is named as a turn's own is ("seq").
+    if b.message_id != b.id:
+        item["message_id"] = b.message_id
+    if b.turn_seq:
+        item["seq"] = b.turn_seq
     return item
 
 
@@ -215,11 +210,11 @@ def bundle_from_item(bundle_id: str, item: Mapping[str, Any]) -> Bundle:
         for qid in order if qid in rows_item
     )
     dismissed = item.get("dismissed_by") or {}
-    return Bundle(id=bundle_id, turn_id=item.get("turn_id", ""), message_id=item.get("message_id", ""),
+    return Bundle(id=bundle_id, turn_id=item.get("turn_id", ""), message_id=item.get("message_id") or bundle_id,
                   created_at=item.get("created_at", ""), context=item.get("context", ""), rows=rows,
                   delivery=delivery_from_item(item.get("delivery")), waiter_until=item.get("waiter_until") or None,
                   dismissed_by=tuple(sorted(k for k, v in dismissed.items() if flag(v))),
-                  late_message_id=item.get("late_message_id") or None)
+                  late_message_id=item.get("late_message_id") or None, turn_seq=int(item.get("seq") or 0))
 
 
 def session_from_item(item: Mapping[str, Any]) -> Session:
@@ -382,6 +377,13 @@ def event_to_item(event: Event, written_at: str, expires_at: int) -> dict[str, A
     if event.session_id:
         item["session_id"] = event.session_id
     return item
+
+
+def event_from_item(item: Mapping[str, Any]) -> Event:
+    payload = item["payload"]  # JSON, as stored
+    return Event(id=item["event_id"], workspace_id=item["workspace_id"], type=item["type"], task_id=item["task_id"],
+                 session_id=item.get("session_id"), at=item["at"],
+                 payload=json.loads(payload) if isinstance(payload, str) else payload)
 
 
 def archive_from_item(item: Mapping[str, Any]) -> Bundle:

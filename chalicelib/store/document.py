@@ -205,11 +205,11 @@ class Put:
         if isinstance(parent, list):
             assert isinstance(key, int)
             if key < len(parent):
-                parent[key] = _copied(self.value)
+                parent[key] = copied(self.value)
             else:
-                parent.append(_copied(self.value))
+                parent.append(copied(self.value))
         else:
-            parent[key] = _copied(self.value)
+            parent[key] = copied(self.value)
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ class Append:
         parent, key = _parent(item, self.path), self.path[-1]
         current = lookup(item, self.path)
         base = list(current) if isinstance(current, list) else []
-        parent[key] = base + _copied(list(self.values))
+        parent[key] = base + copied(list(self.values))
 
 
 @dataclass(frozen=True)
@@ -301,22 +301,22 @@ class Write:
 
     def applied(self, item: Mapping[str, Any]) -> dict[str, Any]:
         """The item after the changes (the input is not modified)."""
-        new = _copied(dict(item))
+        new = copied(dict(item))
         for change in self.changes:
             change.apply(new)
         return new
 
 
-def _copied(value: Any) -> Any:
+def copied(value: Any) -> Any:
     """A deep copy of a stored document (maps, lists and immutable scalars): copy.deepcopy's memo and
     dispatch cost several times this on the in-memory store's every write."""
     kind = type(value)
     if kind is dict:
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: copied(v) for k, v in value.items()}
     if kind is list or kind is tuple:
-        return [_copied(v) for v in value]
+        return [copied(v) for v in value]
     if isinstance(value, Mapping):
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: copied(v) for k, v in value.items()}
     return value
 
 

@@ -6,18 +6,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 
 from .. import aws
-from ..domain.errors import AlreadyRemembered, ConditionFailed
 from ..domain.model import Bundle, Session, Task
 from . import codec
 from .document import Write
-from .errors import CONDITION_FAILED, error_code, guarded, translate
+from .errors import guarded, storage_errors
 from .expr import to_attr
 from .models import SessionRecord, TaskRecord
 from .protocol import Remembered
-from .records import DynamoRecords, archive_put, query_all, remember_put
+from .records import DynamoRecords, archive_put, query_all, reconciler_work, remember_put
 from .writes import QUARANTINE_SHARD, ConditionalWrites
 
 # Clarify builds every request from typed values and DynamoDB validates each one anyway: botocore checking the
@@ -84,13 +82,8 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
 
     def _update_item(self, update: dict[str, Any], **extra: Any) -> dict[str, Any]:
         """The one UpdateItem of the aggregate's write path; a failed condition carries the current item."""
-        try:
+        with storage_errors(current=_session):
             return dict(self.client.update_item(**update, **extra))
-        except ClientError as exc:
-            old = exc.response.get("Item") if error_code(exc) == CONDITION_FAILED else None
-            raise translate(exc, current=_decoded(old)) from exc
-        except BotoCoreError as exc:
-            raise translate(exc) from exc
 
     def _read_back(self, session_id: str) -> Session:
         session = self.get_session(session_id)  # a transaction returns no item
@@ -98,33 +91,13 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
         return session
 
     def quarantined_sessions(self) -> list[str]:
-        def query() -> list[str]:
-            return [r.session_id for r in SessionRecord.reconciler_work.query(QUARANTINE_SHARD)]
-        return guarded(query)
+        return reconciler_work(self.client, QUARANTINE_SHARD)
 
     def _transact(self, update: dict[str, Any], puts: list[dict[str, Any]], *, remembering: bool = False) -> None:
         """The aggregate's update and plain records' creation in one transaction; with `remembering`, the
         first record is the idempotency record, whose failed condition means the key was used."""
-        try:
+        with storage_errors(current=_session, remembered=1 if remembering else None):  # in request order
             self.client.transact_write_items(TransactItems=[{"Update": update}, *({"Put": p} for p in puts)])
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise translate(exc) from exc
-            # The reasons come in request order: the aggregate's update, then the records.
-            reasons = exc.response.get("CancellationReasons", [])
-            codes = [r.get("Code") for r in reasons]
-            if remembering and len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
-                raise AlreadyRemembered("this idempotency key was already used") from exc
-            if codes and codes[0] == "ConditionalCheckFailed":
-                raise ConditionFailed("the session changed", current=_decoded(reasons[0].get("Item"))) from exc
-            invalid = next((r for r in reasons if r.get("Code") == "ValidationError"), None)
-            if invalid is not None:
-                raise translate(ClientError({"Error": {"Code": "ValidationException",
-                                                       "Message": str(invalid.get("Message", ""))}},
-                                            "TransactWriteItems")) from exc
-            raise translate(exc) from exc
-        except BotoCoreError as exc:
-            raise translate(exc) from exc
 
     # ---------------------------------------------------------------- task updates
     def _commit_task(self, task_id: str, write: Write, checks: Mapping[str, Write] | None = None) -> Task:
@@ -133,17 +106,11 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
             task = self.get_task(task_id)
             assert task is not None
             return task
-        try:
+        with storage_errors(current=_task):
             resp = self.client.update_item(
                 TableName=TaskRecord.Meta.table_name, Key={"task_id": {"S": task_id}}, ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD", **write.render())
-        except ClientError as exc:
-            old = exc.response.get("Item") if error_code(exc) == CONDITION_FAILED else None
-            raise translate(exc, current=codec.task_from_item(codec.from_attrs(old)) if old else None) from exc
-        except BotoCoreError as exc:
-            raise translate(exc) from exc
-        return codec.task_from_item(codec.from_attrs(resp["Attributes"]))
-
+        return _task(resp["Attributes"])
 
     def _transact_checked(self, task_id: str, write: Write, checks: Mapping[str, Write]) -> None:
         items: list[dict[str, Any]] = [
@@ -151,19 +118,13 @@ class DynamoStore(ConditionalWrites, DynamoRecords):
                                 **check.render_check()}} for sid, check in checks.items()]
         items.append({"Update": {"TableName": TaskRecord.Meta.table_name, "Key": {"task_id": {"S": task_id}},
                                  **write.render()}})
-        try:
+        with storage_errors():  # a failed check or update: ConditionFailed, decided again by the caller
             self.client.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            if error_code(exc) == "TransactionCanceledException":
-                raise ConditionFailed("a checked item changed") from exc
-            raise translate(exc) from exc
-        except BotoCoreError as exc:
-            raise translate(exc) from exc
 
 
-def _decoded(item: dict[str, Any] | None) -> Session | None:
-    """The current aggregate of a failed condition, if it decodes (a quarantined one may not)."""
-    try:
-        return codec.session_from_item(codec.from_attrs(item)) if item else None
-    except Exception:
-        return None
+def _session(item: Mapping[str, Any]) -> Session:
+    return codec.session_from_item(codec.from_attrs(item))
+
+
+def _task(item: Mapping[str, Any]) -> Task:
+    return codec.task_from_item(codec.from_attrs(item))

@@ -5,14 +5,11 @@ Publication writes an event to the feed only after the bus accepted it, so this 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from botocore.exceptions import BotoCoreError, ClientError
-from pynamodb.exceptions import PynamoDBException
-
-from ..domain.errors import StoreUnavailable
 from ..domain.model import Event
 from .models import EventRecord
+from .records import batch_get
 
 
 def feed_key(event: Event) -> tuple[str, str]:
@@ -27,23 +24,26 @@ class FeedIndex(Protocol):
 
 
 class DynamoFeedIndex:
+    """Over the DynamoDB store's client (`store.client`)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
     def present(self, events: Sequence[Event]) -> set[str]:
         keys = {feed_key(e): e.id for e in events}
         if not keys:
             return set()
-        try:
-            # BatchGetItem: up to 100 keys a request; PynamoDB splits larger sets and retries unprocessed keys.
-            found = EventRecord.batch_get(list(keys), consistent_read=True, attributes_to_get=["workspace_id", "sk"])
-            return {keys[(rec.workspace_id, rec.sk)] for rec in found}
-        except (PynamoDBException, ClientError, BotoCoreError) as exc:
-            raise StoreUnavailable(f"storage error: {exc}") from exc
+        found = batch_get(self.store.client, str(EventRecord.Meta.table_name),
+                          [{"workspace_id": {"S": w}, "sk": {"S": sk}} for w, sk in keys],
+                          projection="workspace_id, sk")
+        return {keys[(i["workspace_id"], i["sk"])] for i in found}
 
 
 class MemoryFeedIndex:
-    """Over a MemoryStore's feed (`events`: workspace -> sort key -> (written_at, event))."""
+    """Over a MemoryStore's feed table (`tables["events"]`: (workspace, sort key) -> item)."""
 
-    def __init__(self, feed: Mapping[str, Mapping[str, object]]) -> None:
+    def __init__(self, feed: Mapping[tuple[str, str], object]) -> None:
         self.feed = feed
 
     def present(self, events: Sequence[Event]) -> set[str]:
-        return {e.id for e in events if feed_key(e)[1] in self.feed.get(e.workspace_id, {})}
+        return {e.id for e in events if feed_key(e) in self.feed}

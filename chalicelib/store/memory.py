@@ -1,21 +1,23 @@
 """In-memory store with DynamoStore's contract, for fast service tests and the harnesses.
 
-Session and task items are kept in their stored shape; every conditional write is the shared definition in
-chalicelib.store.writes, evaluated here under one lock exactly as DynamoDB evaluates it on one item.
-tests/contract runs the same suite against both stores.
+Every item is kept in its stored shape; every conditional write is the shared definition in
+chalicelib.store.writes (the session aggregate, a task's summary) or chalicelib.store.plain (the plain
+records), evaluated here under one lock exactly as DynamoDB evaluates it on one item. Reads are the queries
+DynamoStore makes, over the same items. tests/contract runs the same suite against both stores.
 """
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreRejected
 from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
 from . import codec
-from .document import InvalidPath, Write
+from .document import InvalidPath, Write, copied
+from .plain import TABLE_KEYS, PlainRecords, RecordWrite, remember_item
 from .protocol import Paged, Remembered
 from .size import ensure_fits
 from .writes import QUARANTINE_SHARD, RECON_SHARD, ConditionalWrites
@@ -23,24 +25,44 @@ from .writes import QUARANTINE_SHARD, RECON_SHARD, ConditionalWrites
 T = TypeVar("T")
 
 
-class MemoryStore(ConditionalWrites):
+class MemoryStore(ConditionalWrites, PlainRecords):
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self.items: dict[str, dict[str, Any]] = {}  # session aggregates as stored
         self.sessions: dict[str, Session] = {}  # the same, decoded (kept in step)
-        self.task_items: dict[str, dict[str, Any]] = {}
-        self.history: dict[str, dict[str, Message | TurnRecord]] = {}
-        self.tombstones: set[tuple[str, str]] = set()
-        self.archive: dict[str, dict[str, dict[str, Any]]] = {}  # session -> bundle id -> archive record
-        self.events: dict[str, dict[str, tuple[str, Event]]] = {}
-        self.meta: dict[str, str] = {}
-        self.remembered: dict[str, Remembered] = {}
+        # the plain records as stored: base table name -> key values -> item
+        self.tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {name: {} for name in TABLE_KEYS}
+        self.task_items: dict[str, dict[str, Any]] = {}  # the tasks table, by task id alone
         self.writes = 0
+
+    # ---------------------------------------------------------------- the one primitive of the plain records
+    def _record(self, write: RecordWrite) -> None:
+        with self._lock:
+            table = self._table(write.table)
+            key: Any = write.key["task_id"] if write.table == "tasks" else tuple(write.key.values())
+            item = table.get(key)
+            if not all(c.holds(item or {}) for c in write.condition):
+                raise ConditionFailed("the record changed or already exists")
+            if write.delete:
+                table.pop(key, None)
+            elif write.item is not None:
+                _check_size(write.item)
+                table[key] = copied(write.item)
+            else:
+                table[key] = _applied(write.write, item or dict(write.key))
+            self.writes += write.table != "meta"  # deployment metadata is not counted as data written
+
+    def _table(self, name: str) -> dict[Any, dict[str, Any]]:
+        return self.task_items if name == "tasks" else self.tables[name]  # type: ignore[return-value]
+
+    def _history(self, session_id: str) -> list[dict[str, Any]]:
+        """A session's history items in key order (a Query of its partition)."""
+        return [item for (sid, _), item in sorted(list(self.tables["history"].items())) if sid == session_id]
 
     # ---------------------------------------------------------------- the shared conditional writes
     def _commit(self, session_id: str, write: Write, remember: Remembered | None = None) -> Session:
         with self._lock:
-            if remember is not None and remember.key in self.remembered:
+            if remember is not None and (remember.key,) in self.tables["idempotency"]:
                 raise AlreadyRemembered("this idempotency key was already used")
             item = self.items.get(session_id)
             if item is None or not write.holds(item):
@@ -49,7 +71,7 @@ class MemoryStore(ConditionalWrites):
             self.items[session_id] = new
             self.sessions[session_id] = session = codec.session_from_item(new)
             if remember is not None:
-                self.remembered[remember.key] = remember
+                self.tables["idempotency"][(remember.key,)] = remember_item(remember)
             self.writes += 1
             return session
 
@@ -61,7 +83,7 @@ class MemoryStore(ConditionalWrites):
                 _check_size(record)
             new = self._commit(session_id, write)
             for record in records:
-                self.archive.setdefault(session_id, {})[record["item_id"]] = record
+                self.tables["history"][(session_id, record["sk"])] = record
             self.writes += len(records)
             return new
 
@@ -106,22 +128,9 @@ class MemoryStore(ConditionalWrites):
     def tasks(self) -> dict[str, Task]:
         return {task_id: codec.task_from_item(item) for task_id, item in list(self.task_items.items())}
 
-    def put_task(self, task: Task) -> None:
-        with self._lock:
-            if task.id in self.task_items:
-                raise ConditionFailed("task exists", current=codec.task_from_item(self.task_items[task.id]))
-            self.task_items[task.id] = codec.task_to_item(task)
-            self.writes += 1
-
     def get_task(self, task_id: str) -> Task | None:
         item = self.task_items.get(task_id)
         return codec.task_from_item(item) if item is not None else None
-
-    def delete_task(self, task_id: str) -> bool:
-        with self._lock:
-            removed = self.task_items.pop(task_id, None) is not None
-            self.writes += removed
-            return removed
 
     def list_tasks(self, workspace_id: str) -> list[Task]:
         tasks = [codec.task_from_item(i) for i in list(self.task_items.values()) if i["workspace_id"] == workspace_id]
@@ -131,6 +140,12 @@ class MemoryStore(ConditionalWrites):
         keyed = sorted(((i["list_key"], i["task_id"]), i) for i in list(self.task_items.values())
                        if i["workspace_id"] == workspace_id and "list_key" in i)  # the index is sparse
         return _page([(k, codec.task_from_item(i)) for k, i in reversed(keyed) if after is None or k < after], limit)
+
+    def unlisted_tasks(self, limit: int, after: str | None) -> tuple[list[Task], str | None]:
+        ids = sorted(tid for tid in list(self.task_items) if after is None or tid > after)
+        step = ids[:limit]
+        return ([codec.task_from_item(self.task_items[t]) for t in step if "list_key" not in self.task_items[t]],
+                step[-1] if len(ids) > limit else None)
 
     # ---------------------------------------------------------------- sessions
     def page_sessions(self, task_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Session]:
@@ -163,127 +178,57 @@ class MemoryStore(ConditionalWrites):
 
     # ---------------------------------------------------------------- idempotency records
     def get_remembered(self, key: str) -> Remembered | None:
-        return self.remembered.get(key)
-
-    def remember(self, entry: Remembered) -> None:
-        with self._lock:
-            if entry.key in self.remembered:
-                raise AlreadyRemembered("this idempotency key was already used")
-            self.remembered[entry.key] = entry
-            self.writes += 1
-
-    def update_remembered(self, entry: Remembered) -> None:
-        with self._lock:
-            if entry.key in self.remembered:
-                self.remembered[entry.key] = entry
-                self.writes += 1
+        item = self.tables["idempotency"].get((key,))
+        return None if item is None else Remembered(key=item["key"], fingerprint=item["fingerprint"],
+                                                    response=json.loads(item["response"]),
+                                                    expires_at=int(item["expires_at"]))
 
     # ---------------------------------------------------------------- history
-    def put_message(self, message: Message) -> bool:
-        key = codec.history_sk_message(message.turn_seq, message.created_at, message.id)
-        _check_size(codec.message_to_item(message))  # as DynamoDB would count it
-        with self._lock:
-            items = self.history.setdefault(message.session_id, {})
-            if key in items or (message.session_id, key) in self.tombstones:
-                return False
-            items[key] = message
-            self.writes += 1
-            return True
-
-    def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:
-        key = codec.history_sk_turn(record.seq)
-        with self._lock:
-            items = self.history.setdefault(record.session_id, {})
-            old = items.get(key)
-            completed = record.completed_at or (old.completed_at if isinstance(old, TurnRecord) else None)
-            items[key] = replace(record, completed_at=completed)  # never un-complete a record on redelivery
-            self.writes += 1
-
-    def delete_message(self, message: Message) -> bool:
-        key = codec.history_sk_message(message.turn_seq, message.created_at, message.id)
-        with self._lock:
-            if (message.session_id, key) in self.tombstones:
-                return False
-            self.history.get(message.session_id, {}).pop(key, None)
-            self.tombstones.add((message.session_id, key))  # recorded or not yet: put_message never recreates it
-            self.writes += 1
-            return True
-
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
-        items = [v for _, v in sorted(self.history.get(session_id, {}).items())]
-        return ([i for i in items if isinstance(i, TurnRecord)], [i for i in items if isinstance(i, Message)])
+        items = [i for i in self._history(session_id) if not i.get("deleted") and i["kind"] != "archive"]
+        return ([codec.turn_record_from_history(i) for i in items if i["kind"] == "turn"],
+                [codec.message_from_history(i) for i in items if i["kind"] != "turn"])
 
     def page_messages(self, session_id: str, limit: int, before: str | None) -> Paged[tuple[str, Message]]:
-        items = sorted(((k, v) for k, v in list(self.history.get(session_id, {}).items())
-                        if isinstance(v, Message) and (before is None or k < before)), reverse=True)
-        return _page([((k,), (k, m)) for k, m in items], limit)
+        items = [i for i in reversed(self._history(session_id)) if i["kind"] == "message" and "deleted" not in i
+                 and codec.HISTORY_TURNS_FROM <= i["sk"] < (before or codec.HISTORY_TURNS_TO)]
+        return _page([((i["sk"],), (i["sk"], codec.message_from_history(i))) for i in items], limit)
 
     def page_turns(self, session_id: str, limit: int, before: int | None) -> Paged[TurnRecord]:
-        records = sorted((v for v in list(self.history.get(session_id, {}).values())
-                          if isinstance(v, TurnRecord) and (before is None or v.seq < before)),
-                         key=lambda r: r.seq, reverse=True)
-        return _page([((str(r.seq),), r) for r in records], limit)
+        items = sorted((i for i in self._history(session_id) if "turn_order" in i
+                        and (before is None or i["turn_order"] < before)), key=lambda i: -i["turn_order"])
+        return _page([((str(i["turn_seq"]),), codec.turn_record_from_history(i)) for i in items], limit)
 
     def get_archived_many(self, session_id: str, bundle_ids: Sequence[str]) -> list[Bundle]:
         return [b for b in (self.get_archived(session_id, i) for i in dict.fromkeys(bundle_ids)) if b is not None]
 
     def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None:
-        record = self.archive.get(session_id, {}).get(bundle_id)
+        record = self.tables["history"].get((session_id, codec.history_sk_archive(bundle_id)))
         return codec.archive_from_item(record) if record is not None else None
 
     def list_archived(self, session_id: str) -> list[Bundle]:
-        records = sorted(self.archive.get(session_id, {}).values(), key=lambda r: r["sk"])
-        return [codec.archive_from_item(r) for r in records]
-
-    def mark_archived(self, session_id: str, bundle_id: str, *, dismissed_by: str | None = None,
-                      late_message_id: str | None = None) -> bool:
-        with self._lock:
-            record = self.archive.get(session_id, {}).get(bundle_id)
-            if record is None:
-                return False
-            bundle = record["bundle"] = dict(record["bundle"])
-            if dismissed_by is not None:
-                bundle["dismissed_by"] = {**(bundle.get("dismissed_by") or {}), dismissed_by: True}
-            if late_message_id is not None:
-                bundle["late_message_id"] = late_message_id
-            self.writes += 1
-            return True
-
-    def delete_archived(self, session_id: str, bundle_id: str) -> bool:
-        with self._lock:
-            removed = self.archive.get(session_id, {}).pop(bundle_id, None) is not None
-            self.writes += removed
-            return removed
+        prefix = codec.history_sk_archive("")
+        return [codec.archive_from_item(i) for i in self._history(session_id) if i["sk"].startswith(prefix)]
 
     # ---------------------------------------------------------------- events
-    def put_event(self, event: Event, written_at: str) -> bool:
-        key = f"{event.at}#{event.id}"
-        _check_size(codec.event_to_item(event, written_at, 0))  # as DynamoDB would count it
-        with self._lock:
-            feed = self.events.setdefault(event.workspace_id, {})
-            if key in feed:
-                return False
-            feed[key] = (written_at, event)
-            self.writes += 1
-            return True
-
     def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
                     limit: int) -> list[tuple[str, str, Event]]:
-        out = []
-        for sk, (written_at, event) in sorted(self.events.get(workspace_id, {}).items()):
-            if sk > low_sk and (sk > after_sk or written_at > written_after):
-                out.append((sk, written_at, event))
-        return out[:limit]
+        found = sorted((i for (ws, _), i in list(self.tables["events"].items()) if ws == workspace_id
+                        and i["sk"] > low_sk and (i["sk"] > after_sk or i["written_at"] > written_after)),
+                       key=lambda i: i["sk"])
+        return [(i["sk"], i["written_at"], codec.event_from_item(i)) for i in found[:limit]]
+
+    def all_events(self) -> list[Event]:
+        """Every event in the feed (for tests and harnesses)."""
+        return [codec.event_from_item(i) for i in list(self.tables["events"].values())]
 
     # ---------------------------------------------------------------- meta and reconciler work
     def get_meta(self, key: str) -> str | None:
-        return self.meta.get(key)
-
-    def set_meta(self, key: str, value: str, at: str) -> None:
-        self.meta[key] = value
+        item = self.tables["meta"].get((key,))
+        return str(item["value"]) if item is not None else None
 
     def list_meta(self, prefix: str) -> dict[str, str]:
-        return {k: v for k, v in list(self.meta.items()) if k.startswith(prefix)}
+        return {i["key"]: i["value"] for i in list(self.tables["meta"].values()) if i["key"].startswith(prefix)}
 
     def due_sessions(self, before: str | None) -> list[str]:
         due = [(item.get("recon_due"), sid) for sid, item in list(self.items.items())

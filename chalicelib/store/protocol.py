@@ -58,6 +58,16 @@ class Store(Protocol):
         """Tasks in the list's order (codec.task_list_key, newest first) from one index Query."""
         ...
 
+    def unlisted_tasks(self, limit: int, after: str | None) -> tuple[list[Task], str | None]:
+        """A bounded Scan step over every task: of the next `limit` tasks after the task id `after` (None: from
+        the start), those without a place in the task list's index; and where the next step goes on from
+        (None: the table is done)."""
+        ...
+
+    def list_old_task(self, task: Task) -> bool:
+        """Set the task list's key on a task stored without one (False: it has one already)."""
+        ...
+
     def add_task_session(self, task_id: str, session_id: str) -> Task:
         """Raises ConditionFailed for a task that keeps no session list (stored before it had one)."""
         ...
@@ -85,6 +95,10 @@ class Store(Protocol):
         ...
 
     # -- the session aggregate: every decision is one conditional write
+    def room(self, session: Session, adding: Bundle | Prompt) -> tuple[int, int]:
+        """(the aggregate's stored bytes, the bytes `adding` would add), by DynamoDB's size rules."""
+        ...
+
     def create_session(self, session: Session) -> None: ...
     def get_session(self, session_id: str) -> Session | None: ...
     def list_sessions(self, task_id: str) -> list[Session]:

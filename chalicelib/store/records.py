@@ -7,52 +7,59 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import Any, TypeVar
 
-from ..domain.errors import AlreadyRemembered, ConditionFailed, StoreUnavailable
+from ..domain.errors import StoreUnavailable
 from ..domain.model import Bundle, Event, Message, Session, Task, TurnRecord
-from ..domain.time import parse_iso
 from . import codec
-from .errors import guarded
-from .expr import Expr, to_attr
-from .models import EventRecord, HistoryRecord, IdempotencyRecord, MetaRecord, SessionRecord, TaskRecord
+from .document import Write
+from .errors import guarded, storage_errors
+from .expr import to_attr
+from .models import (
+    BASE_NAMES,
+    EventRecord,
+    HistoryRecord,
+    IdempotencyRecord,
+    MetaRecord,
+    SessionRecord,
+    TaskRecord,
+)
+from .plain import PlainRecords, RecordWrite, remember_item
 from .protocol import Paged, Remembered
-from .size import ensure_fits
 from .writes import RECON_SHARD
 
 T = TypeVar("T")
-EVENT_TTL = timedelta(days=7)
 
 
-class DynamoRecords:
+class DynamoRecords(PlainRecords):
+    """The plain records on DynamoDB: every write (chalicelib.store.plain) one request, and the reads."""
+
     client: Any
 
-    # ---------------------------------------------------------------- tasks
-    def put_task(self, task: Task) -> None:
-        item = codec.task_to_item(task)
-        guarded(lambda: self.client.put_item(
-            TableName=TaskRecord.Meta.table_name, Item=_attrs(item),
-            ConditionExpression="attribute_not_exists(task_id)"))
+    def _record(self, write: RecordWrite) -> None:
+        table = str(MODELS[write.table].Meta.table_name)
+        key = _attrs(write.key)
+        condition = _condition(write)
+        with storage_errors():
+            if write.delete:
+                self.client.delete_item(TableName=table, Key=key, **condition)
+            elif write.item is not None:
+                self.client.put_item(TableName=table, Item=_attrs(write.item), **condition)
+            else:
+                self.client.update_item(TableName=table, Key=key, **write.write.render())
 
+    # ---------------------------------------------------------------- tasks
     def get_task(self, task_id: str) -> Task | None:
         resp = guarded(lambda: self.client.get_item(TableName=TaskRecord.Meta.table_name,
                                                     Key={"task_id": {"S": task_id}}, ConsistentRead=True))
         item = resp.get("Item")
         return codec.task_from_item(codec.from_attrs(item)) if item else None
 
-    def delete_task(self, task_id: str) -> bool:
-        try:
-            guarded(lambda: self.client.delete_item(TableName=TaskRecord.Meta.table_name,
-                                                    Key={"task_id": {"S": task_id}},
-                                                    ConditionExpression="attribute_exists(task_id)"))
-            return True
-        except ConditionFailed:
-            return False
-
     def list_tasks(self, workspace_id: str) -> list[Task]:
-        return guarded(lambda: [codec.task_from_item(codec.plain(r.attribute_values))
-                                for r in TaskRecord.by_workspace.query(workspace_id)])
+        return query_all(self.client, lambda i: codec.task_from_item(codec.from_attrs(i)),
+                         TableName=TaskRecord.Meta.table_name, IndexName=TaskRecord.by_workspace.Meta.index_name,
+                         KeyConditionExpression="workspace_id = :w",
+                         ExpressionAttributeValues={":w": {"S": workspace_id}})
 
     def page_tasks(self, workspace_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Task]:
         start = ({"workspace_id": {"S": workspace_id}, "list_key": {"S": after[0]}, "task_id": {"S": after[1]}}
@@ -64,6 +71,16 @@ class DynamoRecords:
         tasks = [codec.task_from_item(i) for i in items]
         last = items[-1] if items else None
         return Paged(tasks, (last["list_key"], last["task_id"]) if more and last else None)
+
+    def unlisted_tasks(self, limit: int, after: str | None) -> tuple[list[Task], str | None]:
+        kwargs: dict[str, Any] = {"TableName": TaskRecord.Meta.table_name, "Limit": limit,
+                                  "FilterExpression": "attribute_not_exists(list_key)"}
+        if after is not None:
+            kwargs["ExclusiveStartKey"] = {"task_id": {"S": after}}
+        resp = guarded(lambda: self.client.scan(**kwargs))
+        last = resp.get("LastEvaluatedKey")
+        return ([codec.task_from_item(codec.from_attrs(i)) for i in resp.get("Items", [])],
+                last["task_id"]["S"] if last else None)
 
     def page_sessions(self, task_id: str, limit: int, after: tuple[str, ...] | None) -> Paged[Session]:
         start = ({"task_id": {"S": task_id}, "created_at": {"S": after[0]}, "session_id": {"S": after[1]}}
@@ -78,81 +95,30 @@ class DynamoRecords:
 
     def get_sessions(self, session_ids: Sequence[str]) -> list[Session]:
         keys = [{"session_id": {"S": sid}} for sid in dict.fromkeys(session_ids)]
-        return [codec.session_from_item(i) for i in _batch_get(self.client, SessionRecord.Meta.table_name, keys)]
+        return [codec.session_from_item(i) for i in batch_get(self.client, SessionRecord.Meta.table_name, keys)]
 
     # ---------------------------------------------------------------- idempotency records
     def get_remembered(self, key: str) -> Remembered | None:
-        def get() -> Remembered | None:
-            try:
-                rec = IdempotencyRecord.get(key, consistent_read=True)
-            except IdempotencyRecord.DoesNotExist:
-                return None
-            return Remembered(key=rec.key, fingerprint=rec.fingerprint, response=rec.response,
-                              expires_at=int(rec.expires_at.timestamp()) if rec.expires_at else 0)
-        return guarded(get)
-
-    def remember(self, entry: Remembered) -> None:
-        try:
-            guarded(lambda: self.client.put_item(**remember_put(entry)))
-        except ConditionFailed as exc:
-            raise AlreadyRemembered("this idempotency key was already used") from exc
-
-    def update_remembered(self, entry: Remembered) -> None:
-        put = remember_put(entry)
-        put["ConditionExpression"] = "attribute_exists(#k)"
-        try:
-            guarded(lambda: self.client.put_item(**put))
-        except ConditionFailed:
-            pass  # never created: nothing to update
+        item = _get(self.client, IdempotencyRecord.Meta.table_name, {"key": {"S": key}})
+        if item is None:
+            return None
+        return Remembered(key=item["key"], fingerprint=item["fingerprint"], response=json.loads(item["response"]),
+                          expires_at=int(item.get("expires_at") or 0))
 
     # ---------------------------------------------------------------- history
-    def put_message(self, message: Message) -> bool:
-        item = codec.message_to_item(message)
-        ensure_fits(item)
-        return _create(self.client, HistoryRecord.Meta.table_name, item)
-
-    def put_turn_record(self, record: TurnRecord, workspace_id: str, task_id: str) -> None:
-        e = Expr()
-        fields: list[tuple[str, Any]] = [("kind", "turn"), ("item_id", record.id), ("workspace_id", workspace_id),
-                                         ("task_id", task_id), ("turn_id", record.id), ("turn_seq", record.seq),
-                                         ("turn_order", record.seq), ("created_at", record.started_at)]
-        if record.completed_at:  # never un-complete a record on redelivery
-            fields.append(("completed_at", record.completed_at))
-        update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields)
-        guarded(lambda: self.client.update_item(
-            TableName=HistoryRecord.Meta.table_name,
-            Key={"session_id": {"S": record.session_id}, "sk": {"S": codec.history_sk_turn(record.seq)}},
-            UpdateExpression=update, **e.placeholders()))
-
-    def delete_message(self, message: Message) -> bool:
-        """Tombstone the message (kept, hidden), recorded or not yet: put_message never recreates it."""
-        key = {"session_id": {"S": message.session_id},
-               "sk": {"S": codec.history_sk_message(message.turn_seq, message.created_at, message.id)}}
-        e = Expr()
-        fields = {k: v for k, v in codec.message_to_item(message).items() if k not in ("session_id", "sk")}
-        fields["deleted"] = True
-        update = "SET " + ", ".join(f"{e.path(name)} = {e.value(value)}" for name, value in fields.items())
-        try:
-            guarded(lambda: self.client.update_item(
-                TableName=HistoryRecord.Meta.table_name, Key=key, UpdateExpression=update,
-                ConditionExpression=f"NOT {e.path('deleted')} = {e.value(True)}", **e.placeholders()))
-            return True
-        except ConditionFailed:
-            return False
-
     def list_history(self, session_id: str) -> tuple[list[TurnRecord], list[Message]]:
-        def query() -> tuple[list[TurnRecord], list[Message]]:
-            turns, messages = [], []
-            for rec in HistoryRecord.query(session_id, consistent_read=True):
-                item = codec.plain(rec.attribute_values)
-                if item.get("deleted") or item["kind"] == "archive":
-                    continue
-                if item["kind"] == "turn":
-                    turns.append(codec.turn_record_from_history(item))
-                else:
-                    messages.append(codec.message_from_history(item))
-            return turns, messages
-        return guarded(query)
+        items = query_all(self.client, codec.from_attrs, TableName=HistoryRecord.Meta.table_name,
+                          ConsistentRead=True, KeyConditionExpression="session_id = :s",
+                          ExpressionAttributeValues={":s": {"S": session_id}})
+        turns, messages = [], []
+        for item in items:
+            if item.get("deleted") or item["kind"] == "archive":
+                continue
+            if item["kind"] == "turn":
+                turns.append(codec.turn_record_from_history(item))
+            else:
+                messages.append(codec.message_from_history(item))
+        return turns, messages
 
     def page_messages(self, session_id: str, limit: int, before: str | None) -> Paged[tuple[str, Message]]:
         kwargs: dict[str, Any] = {
@@ -189,7 +155,7 @@ class DynamoRecords:
     def get_archived_many(self, session_id: str, bundle_ids: Sequence[str]) -> list[Bundle]:
         keys = [{"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(b)}}
                 for b in dict.fromkeys(bundle_ids)]
-        return [codec.archive_from_item(i) for i in _batch_get(self.client, HistoryRecord.Meta.table_name, keys)]
+        return [codec.archive_from_item(i) for i in batch_get(self.client, HistoryRecord.Meta.table_name, keys)]
 
     # ---------------------------------------------------------------- archived bundles (history records)
     def get_archived(self, session_id: str, bundle_id: str) -> Bundle | None:
@@ -206,75 +172,59 @@ class DynamoRecords:
                          ExpressionAttributeValues={":s": {"S": session_id},
                                                     ":a": {"S": codec.history_sk_archive("")}})
 
-    def mark_archived(self, session_id: str, bundle_id: str, *, dismissed_by: str | None = None,
-                      late_message_id: str | None = None) -> bool:
-        e = Expr()
-        sets = []
-        if dismissed_by is not None:
-            sets.append(f"{e.path('bundle', 'dismissed_by', dismissed_by)} = {e.value(True)}")
-        if late_message_id is not None:
-            sets.append(f"{e.path('bundle', 'late_message_id')} = {e.value(late_message_id)}")
-        try:
-            guarded(lambda: self.client.update_item(
-                TableName=HistoryRecord.Meta.table_name, UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression=f"attribute_exists({e.path('sk')})",
-                Key={"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(bundle_id)}},
-                **e.placeholders()))
-            return True
-        except ConditionFailed:
-            return False
-
-    def delete_archived(self, session_id: str, bundle_id: str) -> bool:
-        try:
-            guarded(lambda: self.client.delete_item(
-                TableName=HistoryRecord.Meta.table_name, ConditionExpression="attribute_exists(sk)",
-                Key={"session_id": {"S": session_id}, "sk": {"S": codec.history_sk_archive(bundle_id)}}))
-            return True
-        except ConditionFailed:
-            return False
-
     # ---------------------------------------------------------------- events
-    def put_event(self, event: Event, written_at: str) -> bool:
-        item = codec.event_to_item(event, written_at, int((parse_iso(written_at) + EVENT_TTL).timestamp()))
-        ensure_fits(item)
-        return _create(self.client, EventRecord.Meta.table_name, item)
-
     def list_events(self, workspace_id: str, *, low_sk: str, after_sk: str, written_after: str,
                     limit: int) -> list[tuple[str, str, Event]]:
-        def query() -> list[tuple[str, str, Event]]:
-            out = []
-            cond = (EventRecord.sk > after_sk) | (EventRecord.written_at > written_after)
-            key_cond = EventRecord.sk > low_sk if low_sk else None
-            for rec in EventRecord.query(workspace_id, key_cond, filter_condition=cond, consistent_read=True,
-                                         page_size=limit):  # one Query when the page is all news
-                out.append((rec.sk, rec.written_at, Event(
-                    id=rec.event_id, workspace_id=rec.workspace_id, type=rec.type, task_id=rec.task_id,
-                    session_id=rec.session_id, payload=rec.payload, at=rec.at)))
-                if len(out) >= limit:
-                    break
-            return out
-        return guarded(query)
+        kwargs: dict[str, Any] = {
+            "TableName": EventRecord.Meta.table_name, "ConsistentRead": True, "Limit": limit,
+            "KeyConditionExpression": "workspace_id = :w" + (" AND sk > :low" if low_sk else ""),
+            "FilterExpression": "sk > :after OR written_at > :written",
+            "ExpressionAttributeValues": {":w": {"S": workspace_id}, ":after": {"S": after_sk},
+                                          ":written": {"S": written_after},
+                                          **({":low": {"S": low_sk}} if low_sk else {})}}
+        out: list[tuple[str, str, Event]] = []
+        while len(out) < limit:  # one Query when the page is all news
+            resp = guarded(lambda: self.client.query(**kwargs))
+            out.extend((i["sk"], i["written_at"], codec.event_from_item(i))
+                       for i in map(codec.from_attrs, resp.get("Items", [])))
+            if "LastEvaluatedKey" not in resp:
+                break
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        return out[:limit]
 
     # ---------------------------------------------------------------- meta and reconciler work
     def get_meta(self, key: str) -> str | None:
-        def get() -> str | None:
-            try:
-                return str(MetaRecord.get(key, consistent_read=True).value)
-            except MetaRecord.DoesNotExist:
-                return None
-        return guarded(get)
-
-    def set_meta(self, key: str, value: str, at: str) -> None:
-        guarded(lambda: MetaRecord(key, value=value, updated_at=at).save())
+        item = _get(self.client, MetaRecord.Meta.table_name, {"key": {"S": key}})
+        return str(item["value"]) if item is not None else None
 
     def list_meta(self, prefix: str) -> dict[str, str]:
-        return guarded(lambda: {str(r.key): str(r.value) for r in MetaRecord.scan(MetaRecord.key.startswith(prefix))})
+        kwargs: dict[str, Any] = {"TableName": MetaRecord.Meta.table_name, "FilterExpression": "begins_with(#k, :p)",
+                                  "ExpressionAttributeNames": {"#k": "key"},
+                                  "ExpressionAttributeValues": {":p": {"S": prefix}}}
+        out: dict[str, str] = {}
+        while True:
+            resp = guarded(lambda: self.client.scan(**kwargs))
+            out.update((i["key"]["S"], i["value"]["S"]) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return out
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
     def due_sessions(self, before: str | None) -> list[str]:
-        def query() -> list[str]:
-            cond = SessionRecord.recon_due < before if before else None
-            return [r.session_id for r in SessionRecord.reconciler_work.query(RECON_SHARD, cond)]
-        return guarded(query)
+        return reconciler_work(self.client, RECON_SHARD, before)
+
+
+def reconciler_work(client: Any, shard: str, before: str | None = None) -> list[str]:
+    """The session ids in one partition of the sparse reconciler index (due before `before`, if given)."""
+    values = {":s": {"S": shard}, **({":b": {"S": before}} if before else {})}
+    return query_all(client, lambda i: i["session_id"]["S"], TableName=SessionRecord.Meta.table_name,
+                     IndexName=SessionRecord.reconciler_work.Meta.index_name, ExpressionAttributeValues=values,
+                     KeyConditionExpression="recon_shard = :s" + (" AND recon_due < :b" if before else ""))
+
+
+def _get(client: Any, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    """One strongly consistent GetItem, decoded (None: no such item)."""
+    item = guarded(lambda: client.get_item(TableName=table, Key=key, ConsistentRead=True)).get("Item")
+    return codec.from_attrs(item) if item else None
 
 
 PAGE_QUERIES = 4  # a transcript page reads at most this many Query pages
@@ -290,11 +240,13 @@ def _one_page(client: Any, limit: int, start: dict[str, Any] | None,
     return items[:limit], len(items) > limit
 
 
-def _batch_get(client: Any, table: str, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """BatchGetItem (strongly consistent) in requests of 100 keys, unprocessed keys asked again."""
+def batch_get(client: Any, table: str, keys: list[dict[str, Any]], projection: str = "") -> list[dict[str, Any]]:
+    """BatchGetItem (strongly consistent) in requests of 100 keys, unprocessed keys asked again; with
+    `projection`, only those attributes come back."""
     out: list[dict[str, Any]] = []
     for start in range(0, len(keys), 100):
-        request: dict[str, Any] = {table: {"Keys": keys[start:start + 100], "ConsistentRead": True}}
+        request: dict[str, Any] = {table: {"Keys": keys[start:start + 100], "ConsistentRead": True,
+                                           **({"ProjectionExpression": projection} if projection else {})}}
         for _ in range(10):
             resp = guarded(lambda r=request: client.batch_get_item(RequestItems=r))  # type: ignore[misc]
             out.extend(codec.from_attrs(i) for i in resp.get("Responses", {}).get(table, []))
@@ -307,11 +259,8 @@ def _batch_get(client: Any, table: str, keys: list[dict[str, Any]]) -> list[dict
 
 
 def remember_put(entry: Remembered) -> dict[str, Any]:
-    """PutItem arguments creating the idempotency record (alone, or inside the admission's transaction)."""
-    return {"TableName": IdempotencyRecord.Meta.table_name,
-            "Item": {"key": {"S": entry.key}, "fingerprint": {"S": entry.fingerprint},
-                     "response": {"S": json.dumps(dict(entry.response))},
-                     "expires_at": {"N": str(entry.expires_at)}},
+    """PutItem arguments creating the idempotency record inside the admission's transaction."""
+    return {"TableName": IdempotencyRecord.Meta.table_name, "Item": _attrs(remember_item(entry)),
             "ConditionExpression": "attribute_not_exists(#k)", "ExpressionAttributeNames": {"#k": "key"}}
 
 
@@ -337,11 +286,8 @@ def _attrs(item: dict[str, Any]) -> dict[str, Any]:
     return {k: to_attr(v) for k, v in item.items()}
 
 
-def _create(client: Any, table: str, item: dict[str, Any]) -> bool:
-    """Create-if-absent (on the sort key); False when the record already exists."""
-    try:
-        guarded(lambda: client.put_item(TableName=table, Item=_attrs(item),
-                                        ConditionExpression="attribute_not_exists(sk)"))
-        return True
-    except ConditionFailed:
-        return False
+def _condition(write: RecordWrite) -> dict[str, Any]:
+    return Write(write.condition, ()).render_check() if write.condition else {}
+
+
+MODELS = {base: model for model, base in BASE_NAMES.items()}  # base table name -> model (its configured name)

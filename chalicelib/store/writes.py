@@ -27,8 +27,9 @@ from ..domain.model import (
 )
 from . import codec
 from . import conditions as c
-from .document import Append, Change, Clause, Drop, Equals, Exists, Increment, Not, Put, Write
+from .document import Append, Change, Clause, Drop, Equals, Exists, Increment, Missing, Not, Put, Write
 from .protocol import Remembered
+from .size import item_size, value_size
 
 RECON_SHARD = "due"  # one partition of the sparse index; it only ever holds outstanding work
 QUARANTINE_SHARD = "quarantined"  # the same index's other partition: aggregates set apart for an operator
@@ -129,6 +130,12 @@ class ConditionalWrites(ABC):
         own condition failed)."""
         ...
 
+    def room(self, session: Session, adding: Bundle | Prompt) -> tuple[int, int]:
+        """The aggregate's bytes as stored and the bytes `adding` (a bundle, a sent or queued message) would
+        add to it, both by DynamoDB's size rules: what the session's byte budget counts."""
+        added = codec.bundle_to_item(adding) if isinstance(adding, Bundle) else codec.prompt_to_item(adding)
+        return item_size(codec.session_to_item(session)), value_size(added)
+
     # ------------------------------------------------------------ tasks
     def set_task_summary(self, task_id: str, *, pending_action: str | None, primary_session_id: str | None,
                          expected_revision: int, at: str, activity_at: str = "",
@@ -161,6 +168,17 @@ class ConditionalWrites(ABC):
         sessions keeps no list (its readers query the sessions instead)."""
         w = _TaskBuilder().require(Exists(("sessions",))).put(("sessions", session_id), True)
         return self._commit_task(task_id, w.done(None))
+
+    def list_old_task(self, task: Task) -> bool:
+        """Give a task stored before the task list's index existed its place in it (codec.task_list_key, as
+        task_to_item computes it): the backfill's one write, a no-op (False) once the task has a place."""
+        key = codec.task_list_key(task.summary.pending_action, task.last_activity_at)
+        try:
+            self._commit_task(task.id, _TaskBuilder().require(Missing(("list_key",))).put(("list_key",), key)
+                              .done(None))
+            return True
+        except ConditionFailed:
+            return False
 
     def rename_task(self, task_id: str, title: str) -> Task:
         """An update never recreates a deleted task."""

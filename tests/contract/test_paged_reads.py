@@ -11,6 +11,8 @@ import pytest
 from chalicelib.domain.errors import ConditionFailed
 from chalicelib.domain.model import Message, TurnRecord
 from chalicelib.store import codec
+from chalicelib.store.expr import to_attr
+from chalicelib.store.models import TaskRecord
 from tests.contract.builders import AT, bundle, session, task
 
 
@@ -140,3 +142,35 @@ def test_archived_many__one_batch(store: Any) -> None:
     store.create_session(s)
     store.archive_bundles(store.get_session(sid), [b1, b2], AT)
     assert {b.id for b in store.get_archived_many(sid, [b1.id, b2.id, "nope"])} == {b1.id, b2.id}
+
+
+def _store_without_list_key(store: Any, t: Any) -> None:
+    """A task as stored before the task list's index existed: no `list_key`."""
+    item = {k: v for k, v in codec.task_to_item(t).items() if k != "list_key"}
+    if hasattr(store, "task_items"):
+        store.task_items[t.id] = item
+    else:
+        store.client.put_item(TableName=str(TaskRecord.Meta.table_name), Item={k: to_attr(v) for k, v in item.items()})
+
+
+def test_old_task__found_by_the_bounded_scan__listed_once(store: Any) -> None:
+    ws = _id("ws")
+    old = replace(task(_id("task")), workspace_id=ws, created_at=_at(3))
+    _store_without_list_key(store, old)
+    listed = replace(task(_id("task")), workspace_id=ws, created_at=_at(1), session_ids=())
+    store.put_task(listed)
+    assert [t.id for t in store.page_tasks(ws, 10, None).items] == [listed.id]  # the index is sparse
+    found: list[Any] = []
+    after = None
+    while True:
+        page, after = store.unlisted_tasks(2, after)
+        assert len(page) <= 2
+        found.extend(page)
+        if after is None:
+            break
+    assert old.id in [t.id for t in found] and listed.id not in [t.id for t in found]
+    (mine,) = [t for t in found if t.id == old.id]
+    assert store.list_old_task(mine) is True
+    assert store.list_old_task(mine) is False  # idempotent: it has its place now
+    assert [t.id for t in store.page_tasks(ws, 10, None).items] == [old.id, listed.id]
+    assert old.id not in [t.id for t in store.unlisted_tasks(10_000, None)[0]]

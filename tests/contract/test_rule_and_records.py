@@ -15,9 +15,13 @@ from chalicelib.domain.rules import bundle_is_active
 from chalicelib.store import codec
 from chalicelib.store import conditions as c
 from chalicelib.store.document import Put, Write
+from chalicelib.store.dynamo import DynamoStore
+from chalicelib.store.memory import MemoryStore
+from chalicelib.store.plain import PlainRecords
 from chalicelib.store.protocol import Remembered
 from chalicelib.store.size import MAX_ITEM_BYTES, item_size
-from tests.contract.builders import AT, LATER, T1, T2, bundle, prompt, row, session
+from tests.contract.builders import AT, LATER, T1, T2, bundle, prompt, row, session, task
+from tests.contract.test_aggregate_writes import closed_bundle
 from tests.support.stores import put_raw
 
 STATUSES: list[Any] = ["pending", "", None, "answered", "rejected", "expired", "cancelled", "bogus"]
@@ -191,3 +195,35 @@ def test_rows_without_status_or_with_flags_as_strings__decoded_alike(store: Any)
     s = session(sid, bundle(sid, "b1", T1, row("q1", detached="true"), row("q2")))
     put_raw(store, codec.session_to_item(s))
     assert [r.agent_disconnected for r in store.get_session(sid).bundles[0].rows] == [True, False]
+
+
+def test_tasks_and_archived_records__created_once_removed_once_marked_only_when_there(store: Any) -> None:
+    """The plain records' remaining writes (chalicelib.store.plain), alike on both stores."""
+    t = replace(task(f"task-{uuid.uuid4().hex[:8]}"), session_ids=())
+    store.put_task(t)
+    with pytest.raises(ConditionFailed):
+        store.put_task(replace(t, title="again"))  # never overwritten
+    assert store.get_task(t.id) == t
+    assert store.delete_task(t.id) is True and store.delete_task(t.id) is False and store.get_task(t.id) is None
+    sid = _sid()
+    store.create_session(session(sid, closed_bundle(sid, "b1")))
+    given = store.get_session(sid)
+    store.archive_bundles(given, list(given.bundles), AT)
+    bid = given.bundles[0].id
+    assert store.mark_archived(sid, bid, dismissed_by="user-1") is True
+    assert store.mark_archived(sid, bid, late_message_id="m-late") is True
+    marked = store.get_archived(sid, bid)
+    assert marked.dismissed_by == ("user-1",) and marked.late_message_id == "m-late"
+    assert store.mark_archived(sid, "missing", dismissed_by="user-1") is False
+    assert store.delete_archived(sid, bid) is True and store.mark_archived(sid, bid, dismissed_by="u") is False
+
+
+def test_plain_records__every_write_defined_once_and_executed_by_both_stores() -> None:
+    """The stores implement the one primitive; none of them redefines a plain record's write."""
+    writes = {name for name, member in vars(PlainRecords).items() if callable(member) and not name.startswith("_")}
+    assert writes >= {"put_task", "delete_task", "remember", "update_remembered", "put_message", "put_turn_record",
+                      "delete_message", "mark_archived", "delete_archived", "put_event", "set_meta"}
+    for impl in (MemoryStore, DynamoStore):
+        assert issubclass(impl, PlainRecords)
+        assert not writes & {n for klass in impl.__mro__ if not issubclass(PlainRecords, klass)
+                             for n in vars(klass)}, impl

@@ -28,7 +28,7 @@ from chalicelib.store.protocol import Store
 READ_METHODS = frozenset({
     "get_task", "list_tasks", "get_session", "list_sessions", "get_remembered", "list_history", "list_events",
     "get_meta", "list_meta", "due_sessions", "quarantined_sessions", "get_archived", "list_archived", "page_tasks",
-    "page_sessions", "get_sessions", "page_messages", "page_turns", "get_archived_many",
+    "page_sessions", "get_sessions", "page_messages", "page_turns", "get_archived_many", "room", "unlisted_tasks",
 })
 
 

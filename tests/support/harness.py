@@ -450,7 +450,7 @@ class World(BaseWorld):
         return problems
 
     def events(self) -> list[Event]:
-        return [e for feed in self.memory.events.values() for _, e in feed.values()]
+        return self.memory.all_events()
 
     def check_events(self) -> list[str]:
         problems = []

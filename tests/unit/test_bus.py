@@ -51,7 +51,7 @@ class World:
         self.deps = Deps(store=self.tap, agentctl=FakeAgentctl(store=self.memory),  # type: ignore[arg-type]
                          clock=StepClock(step=timedelta(milliseconds=1)), new_id=CounterIds(),
                          agent_token=agent_token, settings=Settings(deployment_id="bus"), sleep=self.sleeps.append,
-                         bus=self.bus, feed_index=MemoryFeedIndex(self.memory.events))
+                         bus=self.bus, feed_index=MemoryFeedIndex(self.memory.tables["events"]))
 
     def asked_and_detached(self) -> tuple[str, str]:
         """A task, a session whose first turn started, a question asked in it, the agent gone: (session, bundle)."""
@@ -71,7 +71,7 @@ class World:
         return [f["itemIdentifier"] for f in result["batchItemFailures"]]
 
     def feed(self) -> list[str]:
-        return [e.id for feed in self.memory.events.values() for _, e in feed.values()]
+        return [e.id for e in self.memory.all_events()]
 
 
 def seq(record: Record) -> str:

@@ -25,12 +25,13 @@ from typing import Any
 from chalicelib.auth.tokens import Caller
 from chalicelib.domain import clarify, commands
 from chalicelib.domain.errors import DomainError
-from chalicelib.domain.model import Dispatch
+from chalicelib.domain.model import Dispatch, Task
 from chalicelib.domain.rules import bundle_is_active
 from chalicelib.functions import streams
 from chalicelib.functions.reconciler import ReconcileFailed, reconcile
 from chalicelib.services import (
     archive,
+    backfill,
     clarifications,
     history,
     responses,
@@ -41,6 +42,7 @@ from chalicelib.services import (
     workflow,
 )
 from chalicelib.services.deps import Deps
+from chalicelib.store import codec
 from chalicelib.store.memory import MemoryStore
 from tests.support.crash import PHASES, WRITE_METHODS, CrashingStore, KillPoint, ProcessDied
 from tests.support.harness import World, settle
@@ -566,8 +568,30 @@ def check_released(w: World, ctx: Ctx, stage: str) -> list[str]:
         "a repaired aggregate stayed quarantined after its release"]
 
 
+# -- the task list's backfill: an old task gets its place in the index, whatever dies on the way
+def s_old_task(w: World) -> Ctx:
+    ctx = _bg(w)
+    old = Task(id="old-task", workspace_id=USER.workspace_id, title="Old", workflow_step="todo",
+               created_at="2024-01-01T00:00:00.000000Z")
+    w.memory.task_items[old.id] = {k: v for k, v in codec.task_to_item(old).items() if k != "list_key"}
+    ctx["old"] = old.id
+    return ctx
+
+
+def op_backfill(w: World, deps: Deps, ctx: Ctx) -> None:
+    backfill.list_old_tasks(deps)
+
+
+def check_backfill(w: World, ctx: Ctx, stage: str) -> list[str]:
+    listed = [t.id for t in w.memory.page_tasks(USER.workspace_id, 200, None).items]
+    if stage == "eventually" and ctx["old"] not in listed:
+        return ["an old task never got its place in the task list (the backfill lost its position)"]
+    return []
+
+
 SCENARIOS: list[Scenario] = [
     Scenario("ask, then the waiter gives up (detach)", s_ask_detach, op_ask_detach, check_ask_detach),
+    Scenario("the task list's backfill (reconciler)", s_old_task, op_backfill, check_backfill),
     Scenario("respond live, the waiter confirms", s_live, op_respond_live_confirmed),
     Scenario("respond live, no confirmation (restore)", s_live, op_respond),
     Scenario("respond detached, agentctl accepts (resume)", s_detached(), op_respond_scripted),
