@@ -95,21 +95,36 @@ def version() -> str:
 def _body(name: str, prefix: str) -> bytes:
     raw = (WEB_ROOT / name).read_bytes()
     if name.endswith((".js", ".css")):
-        raw = minified(name, raw.decode()).encode()
+        raw = without_comments(raw.decode(), line_comments=name.endswith(".js")).encode()
     if prefix == ASSET_PREFIX or not name.endswith(TEXT):
         return raw
     return raw.replace(ASSET_PREFIX.encode(), prefix.encode())
 
 
-def minified(name: str, source: str) -> str:
-    """The file as a browser downloads it: the sources keep their comments and layout for people; what is
-    served (locally and by the deploy, never by a Lambda function) is minified by rjsmin/rcssmin, licence
-    comments (`/*!`) kept."""
-    if name.endswith(".css"):
-        import rcssmin  # deploy and local serving only: not packaged with the functions
-        return str(rcssmin.cssmin(source, keep_bang_comments=True))
-    import rjsmin
-    return str(rjsmin.jsmin(source, keep_bang_comments=True))
+def without_comments(source: str, *, line_comments: bool = True) -> str:
+    """The source as served: whole-line comments (`//` lines, `/* ... */` blocks that start a line) and blank
+    lines left out, code untouched (a comment after code stays: telling it from a string needs a parser). The
+    client's sources never start a line of a multi-line string or template with `//` or `/*` (such a line would
+    go too); tests/unit/test_served_client.py parses every file as served.
+    The files keep their comments for people; what a browser downloads does not pay for them."""
+    out: list[str] = []
+    in_block = False
+    for line in source.splitlines():
+        text = line.strip()
+        if in_block:
+            end = text.find("*/")
+            if end < 0:
+                continue
+            in_block, line, text = False, text[end + 2:], text[end + 2:].strip()
+        if text.startswith("/*"):
+            end = text.find("*/", 2)
+            if end < 0:
+                in_block = True
+                continue
+            line = text = text[end + 2:].strip()
+        if text and not (line_comments and text.startswith("//")):
+            out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def objects() -> list[ClientObject]:
