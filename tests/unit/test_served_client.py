@@ -49,3 +49,8 @@ def test_served_scripts__every_file_still_parses_and_is_smaller(tmp_path: Path) 
         module.write_bytes(served)
         result = subprocess.run([node, "--check", str(module)], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, f"{name} as served does not parse:\n{result.stderr[-2000:]}"
+
+
+def test_served_scripts__template_literals_kept_exactly() -> None:
+    served = hosting._body("views.js", hosting.ASSET_PREFIX).decode()
+    assert "`all ${n} questions`" in served
