@@ -13,12 +13,10 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec as cec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from chalicelib.domain import devices as d
 from chalicelib.domain.errors import ValidationError
-from chalicelib.push import aesgcm, ec, webpush
+from chalicelib.push import ec, webpush
 from chalicelib.push.vapid import Vapid, b64url, load_or_make, unb64url
 from chalicelib.services import push
 from chalicelib.store.devices import MemoryDevices
@@ -60,15 +58,6 @@ def test_encrypt__over_the_limit__refused() -> None:
     with pytest.raises(ValueError, match="at most"):
         webpush.encrypt(bytes(webpush.MAX_PAYLOAD + 1), raw_public(cec.generate_private_key(cec.SECP256R1())),
                         bytes(16))
-
-
-def test_aes_gcm__matches_cryptography() -> None:
-    for size in (0, 1, 16, 33, 1000):
-        key, nonce, data = os.urandom(16), os.urandom(12), os.urandom(size)
-        assert aesgcm.encrypt(key, nonce, data) == AESGCM(key).encrypt(nonce, data, None)
-    key, block = os.urandom(16), os.urandom(16)
-    encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
-    assert aesgcm.encrypt_block(aesgcm.expand_key(key), block) == encryptor.update(block)
 
 
 def test_ecdh_and_es256__match_cryptography() -> None:
