@@ -1,5 +1,7 @@
 """One Web Push message: the payload encrypted for one subscription (RFC 8291, `aes128gcm` of RFC 8188),
-the VAPID authorization (RFC 8292) and the request to the subscription's push service (RFC 8030)."""
+the VAPID authorization (RFC 8292) and the request to the subscription's push service (RFC 8030).
+
+AES-128-GCM is tlslite-ng's pure-Python implementation (its TLS stack's own), for the reason ec.py gives."""
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +12,9 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from . import aesgcm, ec
+from tlslite.utils import python_aesgcm
+
+from . import ec
 from .vapid import Vapid, b64url
 
 RECORD_SIZE = 4096
@@ -54,7 +58,7 @@ def encrypt(payload: bytes, p256dh: bytes, auth: bytes, *, salt: bytes | None = 
     key = _hkdf(salt, ikm, b"Content-Encoding: aes128gcm\x00", 16)
     nonce = _hkdf(salt, ikm, b"Content-Encoding: nonce\x00", 12)
     header = salt + RECORD_SIZE.to_bytes(4, "big") + bytes([len(sender)]) + sender
-    return header + aesgcm.encrypt(key, nonce, payload + b"\x02")
+    return header + bytes(python_aesgcm.new(key).seal(nonce, payload + b"\x02", b""))  # one record, the last
 
 
 def topic(key: str) -> str:

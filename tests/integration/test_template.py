@@ -70,8 +70,12 @@ def test_package__offline__zip_holds_app_and_pure_python_deps(packaged: Path, tm
     assert not [n for n in names if n.startswith("chalicelib/web/")]  # the client is in its bucket
     # Self-contained: the app imports with no site-packages at all (-S -I), as on a bare Lambda runtime.
     # As in Lambda, the Tracer is on: Powertools and the X-Ray SDK (wrapt without its C extension) load.
+    # Web Push's P-256 (python-ecdsa and its six) signs and agrees a key there too.
     probe = ("import sys; sys.path.insert(0, '.'); import app, boto3, jwt, pynamodb, localstack_client.config; "
-             "from chalicelib import observability; print(len(app.app.routes), observability.tracer.disabled)")
+             "from chalicelib import observability; from chalicelib.push import ec, webpush; "
+             "k = ec.new_private_key(); assert len(ec.sign_es256(k, b'm')) == 64; "
+             "assert webpush.encrypt(b'm', ec.public_key(ec.new_private_key()), bytes(16)); "
+             "print(len(app.app.routes), observability.tracer.disabled)")
     lambda_env = {"PATH": os.environ.get("PATH", ""), "AWS_LAMBDA_FUNCTION_NAME": "clarify-prod",
                   "LAMBDA_TASK_ROOT": str(tmp_path)}
     result = subprocess.run([sys.executable, "-S", "-I", "-c", probe], cwd=tmp_path, capture_output=True,
