@@ -12,8 +12,6 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tlslite.utils import python_aesgcm
-
 from . import ec
 from .vapid import Vapid, b64url
 
@@ -58,6 +56,9 @@ def encrypt(payload: bytes, p256dh: bytes, auth: bytes, *, salt: bytes | None = 
     key = _hkdf(salt, ikm, b"Content-Encoding: aes128gcm\x00", 16)
     nonce = _hkdf(salt, ikm, b"Content-Encoding: nonce\x00", 12)
     header = salt + RECORD_SIZE.to_bytes(4, "big") + bytes([len(sender)]) + sender
+    # Imported here: tlslite's package imports its whole TLS stack (~60 ms), which every function's cold start
+    # would pay for the one function that pushes.
+    from tlslite.utils import python_aesgcm
     return header + bytes(python_aesgcm.new(key).seal(nonce, payload + b"\x02", b""))  # one record, the last
 
 
