@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -110,16 +112,41 @@ def tap(worker: Worker, action: str = "", times: int = 1) -> None:
     }""", [action, times])
 
 
+@dataclass
+class Shown:
+    """A question asked, pushed, and its notification shown in a signed-in browser."""
+    task: str
+    session: str
+    cid: str
+    payload: dict[str, Any]
+    page: Page
+    worker: Worker
+    registration: str
+    context: Any
+
+
+@contextmanager
+def shown(browser: Browser, stack: LocalStack, flow: Flow, push: PushService, workspace: str, title: str,
+          prompt: str) -> Iterator[Shown]:
+    task = flow.task(title)
+    session = flow.session(task, prompt)
+    [cid] = flow.asked(session)
+    payload = pushed_payload(stack, flow, push, workspace, task, session, cid)
+    context, page, worker, registration = open_app(browser, stack, workspace)
+    try:
+        deliver_until_shown(context, stack, registration, page, payload, SHOWN)
+        yield Shown(task, session, cid, payload, page, worker, registration, context)
+    finally:
+        context.close()
+
+
 def test_push__notification_shown_tap_opens_the_session(browser: Browser, web_stack: LocalStack, flow: Flow,
                                                         workspace: str, pump: PumpThread,
                                                         push: PushService) -> None:
-    task = flow.task("Push to my phone")
-    session = flow.session(task, "[ask] a question for the phone")
-    [cid] = flow.asked(session)
-    payload = pushed_payload(web_stack, flow, push, workspace, task, session, cid)
-    context, page, worker, registration = open_app(browser, web_stack, workspace)
-    try:
-        deliver_until_shown(context, web_stack, registration, page, payload, SHOWN)
+    with shown(browser, web_stack, flow, push, workspace, "Push to my phone",
+               "[ask] a question for the phone") as shot:
+        task, session, payload, page, worker = shot.task, shot.session, shot.payload, shot.page, shot.worker
+        context, registration = shot.context, shot.registration
         [n] = notifications(page)
         assert (n["title"], n["body"], n["tag"]) == ("Push to my phone", "Pick an option for question 1",
                                                      f"session-{session}")
@@ -133,20 +160,14 @@ def test_push__notification_shown_tap_opens_the_session(browser: Browser, web_st
         assert n["tag"] == f"session-{session}" and n["renotify"] is True
         tap(worker)
         page.wait_for_function("route => location.hash === route", arg=session_route(task, session))
-    finally:
-        context.close()
 
 
 def test_push__option_action__answers_once_even_tapped_twice(browser: Browser, web_stack: LocalStack, flow: Flow,
                                                             workspace: str, pump: PumpThread,
                                                             push: PushService) -> None:
-    task = flow.task("Answer from the lock screen")
-    session = flow.session(task, "[ask] a question to answer from the notification")
-    [cid] = flow.asked(session)
-    payload = pushed_payload(web_stack, flow, push, workspace, task, session, cid)
-    context, page, worker, registration = open_app(browser, web_stack, workspace)
-    try:
-        deliver_until_shown(context, web_stack, registration, page, payload, SHOWN)
+    with shown(browser, web_stack, flow, push, workspace, "Answer from the lock screen",
+               "[ask] a question to answer from the notification") as shot:
+        session, cid, page, worker = shot.session, shot.cid, shot.page, shot.worker
         worker.evaluate("""() => { self.__answers = []; const real = self.fetch.bind(self);
             self.fetch = (url, init) => real(url, init).then((r) => { if (String(url).endsWith('/respond'))
                 self.__answers.push([r.status, init.headers['Idempotency-Key']]); return r; }); }""")
@@ -170,8 +191,6 @@ def test_push__option_action__answers_once_even_tapped_twice(browser: Browser, w
         again = flow.user.post(f"/clarifications/{cid}/respond",
                                {"answers": [{"question_id": "q1", "selected_options": ["a"]}]})
         assert again.status_code == 409
-    finally:
-        context.close()
 
 
 def test_sign_out__removes_this_devices_push_registration_and_token(browser: Browser, web_stack: LocalStack,
