@@ -21,6 +21,7 @@ from scripts.local.handlers import LambdaContext
 from scripts.local.stack import LocalStack
 from tests.support.browser import UI_TIMEOUT, Flow, PumpThread, new_context, session_route, until_js
 from tests.support.push_service import PushService
+from tests.support.wait import eventually
 
 try:
     from playwright.sync_api import Browser, Page, Worker
@@ -68,11 +69,10 @@ def open_app(browser: Browser, stack: LocalStack, workspace: str) -> tuple[Any, 
     registrations: list[dict[str, Any]] = []
     cdp.on("ServiceWorker.workerRegistrationUpdated", lambda e: registrations.extend(e["registrations"]))
     cdp.send("ServiceWorker.enable")
-    deadline = time.monotonic() + UI_TIMEOUT / 1000
-    while not any(r["scopeURL"] == f"{stack.url}/" and not r["isDeleted"] for r in registrations):
-        assert time.monotonic() < deadline, registrations
-        page.wait_for_timeout(50)
-    registration = [r for r in registrations if r["scopeURL"] == f"{stack.url}/" and not r["isDeleted"]][-1]
+    def registered() -> list[dict[str, Any]]:
+        page.wait_for_timeout(50)  # CDP events reach the callback only while Playwright runs its event loop
+        return [r for r in registrations if r["scopeURL"] == f"{stack.url}/" and not r["isDeleted"]]
+    registration = eventually(registered, "the page's service worker registration", timeout=UI_TIMEOUT / 1000)[-1]
     context.cdp = cdp  # kept for deliver()
     return context, page, worker, registration["registrationId"]
 
@@ -172,17 +172,15 @@ def test_push__option_action__answers_once_even_tapped_twice(browser: Browser, w
             self.fetch = (url, init) => real(url, init).then((r) => { if (String(url).endsWith('/respond'))
                 self.__answers.push([r.status, init.headers['Idempotency-Key']]); return r; }); }""")
         tap(worker, "b", times=2)  # a double tap: the same Idempotency-Key
-        deadline = time.monotonic() + UI_TIMEOUT / 1000
-        while [b for b in flow.bundles(session) if b["clarification_id"] == cid][0]["state"] != "answered":
-            assert time.monotonic() < deadline, flow.bundles(session)
-            time.sleep(0.2)
-        [bundle] = [b for b in flow.bundles(session) if b["clarification_id"] == cid]
+        [bundle] = eventually(lambda: [b for b in flow.bundles(session)
+                                       if b["clarification_id"] == cid and b["state"] == "answered"],
+                              "the question answered from the notification", timeout=UI_TIMEOUT / 1000)
         assert bundle["questions"][0]["response"]["selected_options"] == ["b"]
         assert len(notifications(page)) == 0  # the tapped notification closed
-        deadline = time.monotonic() + UI_TIMEOUT / 1000
-        while len(answers := worker.evaluate("() => self.__answers")) < 2:
-            assert time.monotonic() < deadline, answers
-            time.sleep(0.1)
+        def both_taps() -> list[Any] | None:
+            sent = worker.evaluate("() => self.__answers")
+            return sent if len(sent) >= 2 else None
+        answers = eventually(both_taps, "both taps' respond requests", timeout=UI_TIMEOUT / 1000)
         # Both taps sent the answer with one key: the first answered, the other got the same outcome (200) or
         # found it in flight (409 conflict); either way the worker stops there.
         assert {key for _, key in answers} == {f"push:{cid}"} and 200 in [s for s, _ in answers], answers
@@ -204,10 +202,8 @@ def test_sign_out__removes_this_devices_push_registration_and_token(browser: Bro
         page.evaluate("id => localStorage.setItem('clarify.push.device', id)", registered.json()["device_id"])
         with page.expect_navigation():  # sign-out reloads the page once it is done
             page.locator("[data-action=sign-out]").first.click()
-        deadline = time.monotonic() + UI_TIMEOUT / 1000
-        while flow.user.get("/devices").json()["devices"]:
-            assert time.monotonic() < deadline, "the device was not removed at sign-out"
-            time.sleep(0.2)
+        eventually(lambda: not flow.user.get("/devices").json()["devices"], "the device removed at sign-out",
+                   timeout=UI_TIMEOUT / 1000)
         until_js(page, "async () => !(await caches.has('clarify-push-v1'))"
                        " && !localStorage.getItem('clarify.push.device')", "the worker's token gone")
     finally:
